@@ -1,0 +1,3 @@
+from goose.cli import main
+
+raise SystemExit(main())

