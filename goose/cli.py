@@ -10,11 +10,14 @@ from goose.decode import METHODS
 
 def _generate(args: argparse.Namespace) -> int:
     import goose
+    from goose.decode import Generation, check_request
 
-    model = goose.load_model(args.model, device=args.device)
-    run = goose.generate(model, args.prompt, method=args.method, max_new_tokens=args.max_new_tokens,
-                         budget=args.budget, stop=args.stop, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, seed=args.seed)
+    request = check_request(args.prompt, args.method, args.max_new_tokens, args.budget, stop=args.stop,
+                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    generation = Generation(goose.load_model(args.model, device=args.device), request)
+    for _ in generation:
+        pass
+    run = generation.run
     if args.json:
         print(run.to_json(indent=1))
         return 0

@@ -83,7 +83,7 @@ class GooseConfig:
             return mid
         return high
 
-    def with_overrides(self, **overrides: Any) -> "GooseConfig":
+    def with_overrides(self, **overrides: Any) -> GooseConfig:
         """A copy with the given knobs changed; unknown names are an error, not ignored."""
         known = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - known)
@@ -92,9 +92,10 @@ class GooseConfig:
         return replace(self, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: tuples become lists, as they come back from a trace."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "GooseConfig":
+    def from_dict(cls, data: dict[str, Any]) -> GooseConfig:
         data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls().with_overrides(**data)

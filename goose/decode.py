@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import torch
 
@@ -20,9 +20,16 @@ from goose.config import GooseConfig
 from goose.model import GooseModel
 from goose.sampling import Sampling, Verdict, choose_child
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
-from goose.trace import NodeRecord, RunRecord, RunTotals, StepRecord
-from goose.tree import (ROOT, SPINE, DraftTree, build_balanced_tree, build_chain_tree, build_goose_tree,
-                        build_recycling_tree)
+from goose.trace import NodeRecord, RunRecord, StepRecord
+from goose.tree import (
+    ROOT,
+    SPINE,
+    DraftTree,
+    build_balanced_tree,
+    build_chain_tree,
+    build_goose_tree,
+    build_recycling_tree,
+)
 from goose.verify import Verifier
 
 METHODS = ("autoregressive", "pld", "recycling", "balanced", "goose")
@@ -47,20 +54,22 @@ def _match(state: DraftState) -> ContextMatch:
     return match
 
 
-def draft(method: str, state: DraftState) -> DraftTree:
-    """The one place where the methods differ."""
+def draft(method: str, state: DraftState) -> tuple[DraftTree, int]:
+    """The one place where the methods differ. Returns the tree and the step's node budget."""
     if method == "autoregressive":
-        return DraftTree.rooted_at(state.anchor)
+        return DraftTree.rooted_at(state.anchor), 1
     match = _match(state)
     budget = state.config.grown_budget(match.confidence)  # the same per-step budget for every tree method
     if method == "pld":
-        return build_chain_tree(state.anchor, match, budget)
-    if method == "recycling":
-        return build_recycling_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
-    if method == "balanced":
-        return build_balanced_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
-    return build_goose_tree(state.anchor, state.before_anchor, match, state.adjacency, state.config, budget,
-                            state.spine_acceptance)
+        tree = build_chain_tree(state.anchor, match, budget)
+    elif method == "recycling":
+        tree = build_recycling_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
+    elif method == "balanced":
+        tree = build_balanced_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
+    else:
+        tree = build_goose_tree(state.anchor, state.before_anchor, match, state.adjacency, state.config, budget,
+                                state.spine_acceptance)
+    return tree, budget
 
 
 def uses_adjacency(method: str) -> bool:
@@ -116,20 +125,15 @@ def eos_ids(goose_model: GooseModel) -> set[int]:
 class Generation:
     """A generation in progress: iterate it for steps; `run` is filled in as it goes."""
 
-    def __init__(self, goose_model: GooseModel, prompt: str, method: str, max_new_tokens: int,
-                 config: GooseConfig, sampling: Sampling, stop: tuple[str, ...]) -> None:
+    def __init__(self, goose_model: GooseModel, request: Request) -> None:
         self.goose_model = goose_model
-        self.method = method
-        self.config = config
-        self.sampling = sampling
-        self.stop = stop
-        tokenizer = goose_model.tokenizer
-        self.prompt_tokens = goose_model.encode(prompt)
-        goose_model.check_fits(len(self.prompt_tokens), max_new_tokens)
-        self.run = RunRecord(prompt=prompt, method=method, model=goose_model.name, config=config.to_dict(),
-                             sampling=sampling.to_dict(), max_new_tokens=max_new_tokens,
-                             prompt_tokens=list(self.prompt_tokens))
-        self.tokenizer = tokenizer
+        self.method, self.config, self.sampling, self.stop = (request.method, request.config, request.sampling,
+                                                              request.stop)
+        self.prompt_tokens = goose_model.encode(request.prompt)
+        goose_model.check_fits(len(self.prompt_tokens), request.max_new_tokens)
+        self.run = RunRecord(prompt=request.prompt, method=request.method, model=goose_model.name,
+                             config=request.config.to_dict(), sampling=request.sampling.to_dict(),
+                             max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens))
         self.eos = eos_ids(goose_model)
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -166,7 +170,7 @@ class Generation:
             t0 = time.perf_counter()
             state = DraftState(anchor, before_anchor, matcher, adjacency, config, spine_acceptance,
                                run.max_new_tokens - len(run.tokens))
-            tree = draft(method, state)
+            tree, budget = draft(method, state)
             t1 = time.perf_counter()
             logits = verifier.forward_tree(tree)
             accepted, bonus, targets, verdicts = walk(tree, logits, sampling, generator)
@@ -191,7 +195,7 @@ class Generation:
             done = self._commit(new_tokens, start)
             run.totals.drafted, run.totals.accepted = dict(drafted), dict(accepted_by_source)
             step = self._record(len(run.steps), tree, accepted, bonus, targets, verdicts,
-                                run.tokens[before:], t1 - t0, t2 - t1, len(tree))
+                                run.tokens[before:], t1 - t0, t2 - t1, budget)
             run.steps.append(step)
             yield step
             if done:
@@ -254,28 +258,45 @@ class Generation:
                           committed=committed, draft_s=draft_s, verify_s=verify_s, budget=budget)
 
 
-def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
-           budget: int | None = None, *, stop: Sequence[str] | str | None = None, temperature: float = 0.0,
-           top_k: int = 0, top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
-           **overrides) -> Generation:
-    """Start a generation; iterate the result for its steps as they happen.
+@dataclass(frozen=True)
+class Request:
+    """A checked generation request: everything but the model."""
 
-    Every argument is checked before any work is done, so bad input raises
-    ValueError (or TypeError for an unknown option) and changes nothing.
-    """
+    prompt: str
+    method: str
+    max_new_tokens: int
+    config: GooseConfig
+    sampling: Sampling
+    stop: tuple[str, ...]
+
+
+def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | None = None, *,
+                  stop: Sequence[str] | str | None = None, temperature: float = 0.0, top_k: int = 0,
+                  top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
+                  **overrides) -> Request:
+    """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt is empty: give some text to continue")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-    config = config or GooseConfig()
     if budget is not None:
         overrides["budget"] = budget
-    config = config.with_overrides(**overrides)
-    sampling = Sampling(temperature, top_k, top_p, seed)
-    return Generation(goose_model, prompt, method, max_new_tokens, config, sampling,
-                      resolve_stops(stop))
+    config = (config or GooseConfig()).with_overrides(**overrides)
+    return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
+                   resolve_stops(stop))
+
+
+def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
+           budget: int | None = None, **kwargs) -> Generation:
+    """Start a generation; iterate the result for its steps as they happen.
+
+    Keyword arguments: stop, temperature, top_k, top_p, seed, config, and any
+    GooseConfig field as an override. Bad input raises before any work.
+    """
+    request = check_request(prompt, method, max_new_tokens, budget, **kwargs)
+    return Generation(goose_model, request)
 
 
 def generate(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,

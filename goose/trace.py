@@ -67,7 +67,7 @@ class StepRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StepRecord":
+    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
         data = dict(data)
         data["nodes"] = [NodeRecord(**node) for node in data["nodes"]]
         return cls(**data)
@@ -115,7 +115,7 @@ class RunRecord:
         Path(path).write_text(self.to_json(indent=1), encoding="utf-8")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
             raise ValueError(f"not a Goose trace (expected a JSON object with format {TRACE_FORMAT!r})")
         known = {f.name for f in fields(cls)}
@@ -131,7 +131,7 @@ class RunRecord:
             raise ValueError(f"not a Goose trace: {error}") from error
 
     @classmethod
-    def from_json(cls, text: str) -> "RunRecord":
+    def from_json(cls, text: str) -> RunRecord:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
@@ -139,5 +139,5 @@ class RunRecord:
         return cls.from_dict(data)
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunRecord":
+    def load(cls, path: str | Path) -> RunRecord:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))

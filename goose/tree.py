@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from goose.config import GooseConfig
 from goose.sources import AdjacencyTable, ContextMatch
@@ -40,7 +40,7 @@ class DraftTree:
     children: list[dict[int, int]] = field(default_factory=list)  # per node: token -> child index
 
     @classmethod
-    def rooted_at(cls, anchor: int) -> "DraftTree":
+    def rooted_at(cls, anchor: int) -> DraftTree:
         tree = cls()
         tree.tokens, tree.parents, tree.depths = [int(anchor)], [-1], [0]
         tree.sources, tree.scores, tree.children = [ROOT], [1.0], [{}]

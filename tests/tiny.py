@@ -6,8 +6,14 @@ import string
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import Gemma3TextConfig, Gemma3ForCausalLM, GenerationConfig, LlamaConfig, LlamaForCausalLM
-from transformers import PreTrainedTokenizerFast
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from goose.model import GooseModel
 
@@ -51,5 +57,7 @@ def tiny_gemma3(seed: int = 0, sliding_window: int = 8, attn: str = "sdpa", eos:
                               num_attention_heads=4, num_key_value_heads=1, head_dim=16,
                               sliding_window=sliding_window,
                               layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-                              max_position_embeddings=1024, initializer_range=0.2, attn_implementation=attn)
+                              max_position_embeddings=1024, initializer_range=0.2, attn_implementation=attn,
+                              # tied embeddings make a random Gemma echo its last input token forever
+                              tie_word_embeddings=False)
     return _finish(Gemma3ForCausalLM(config), tokenizer, f"tiny-gemma3-{seed}", eos)

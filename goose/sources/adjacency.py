@@ -9,7 +9,7 @@ token) is consulted first: two tokens of context narrow the guess.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -8,8 +8,8 @@ followed their earliest occurrence is copied as the draft chain.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 @dataclass

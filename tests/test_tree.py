@@ -1,0 +1,156 @@
+"""Tree builders: budget, order, sibling uniqueness, source tags, balance, fallbacks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from goose.config import GooseConfig
+from goose.sources import AdjacencyTable, ContextMatch
+from goose.tree import (
+    BRANCH,
+    ROOT,
+    SPINE,
+    DraftTree,
+    build_balanced_tree,
+    build_chain_tree,
+    build_goose_tree,
+    build_recycling_tree,
+    harmonic_split,
+)
+
+VOCAB = 50
+
+
+def random_table(seed: int, vocab: int = VOCAB, top_k: int = 10, fill: float = 1.0, spread: float = 3.0
+                 ) -> AdjacencyTable:
+    """An adjacency table whose rows hold random successors with random logits (some rows empty)."""
+    generator = torch.Generator().manual_seed(seed)
+    table = AdjacencyTable(vocab, top_k)
+    tokens = [t for t in range(vocab) if random.Random(seed * 7919 + t).random() < fill]
+    logits = torch.randn(len(tokens), vocab, generator=generator) * spread
+    top = torch.topk(logits, top_k, dim=-1)
+    table.refresh(tokens, [None] * len(tokens), top.indices, top.values)
+    return table
+
+
+def random_match(seed: int, length: int, confidence: float) -> ContextMatch:
+    rng = random.Random(seed)
+    return ContextMatch([rng.randrange(VOCAB) for _ in range(length)], confidence)
+
+
+def check_structure(tree: DraftTree, budget: int) -> None:
+    assert 1 <= len(tree) <= budget
+    assert tree.parents[0] == -1 and tree.sources[0] == ROOT and tree.depths[0] == 0
+    for node in range(1, len(tree)):
+        parent = tree.parents[node]
+        assert 0 <= parent < node, "parents come before their children"
+        assert tree.depths[node] == tree.depths[parent] + 1
+        assert tree.sources[node] in (SPINE, BRANCH)
+    for node in range(len(tree)):
+        siblings = [tree.tokens[c] for c in tree.child_list(node)]
+        assert len(siblings) == len(set(siblings)), "no two siblings carry the same token"
+
+
+def spine_nodes(tree: DraftTree) -> list[int]:
+    return [n for n in range(len(tree)) if tree.sources[n] == SPINE]
+
+
+CASES = [(seed, budget, length, confidence, fill)
+         for seed in range(6)
+         for budget in (1, 2, 5, 16, 60, 100)
+         for length, confidence in ((0, 0.0), (3, 0.225), (12, 0.73), (40, 1.0))
+         for fill in (1.0, 0.5)]
+
+
+@pytest.mark.parametrize("seed,budget,length,confidence,fill", CASES)
+def test_goose_tree_structure_and_sources(seed, budget, length, confidence, fill):
+    table, match = random_table(seed, fill=fill), random_match(seed, length, confidence)
+    tree = build_goose_tree(seed % VOCAB, None, match, table, GooseConfig(), budget, spine_acceptance=0.5)
+    check_structure(tree, budget)
+    spine = spine_nodes(tree)
+    # the spine is a chain hanging from the root carrying the match, in order
+    assert [tree.tokens[n] for n in spine] == match.tokens[:len(spine)]
+    assert [tree.parents[n] for n in spine] == [0, *spine[:-1]][:len(spine)]
+    for node in range(1, len(tree)):
+        if tree.sources[node] == BRANCH:
+            assert tree.depths[node] <= GooseConfig().max_branch_depth or tree.sources[tree.parents[node]] != BRANCH
+
+
+@pytest.mark.parametrize("seed,budget,length,confidence,fill", CASES[::3])
+def test_other_builders_structure_and_sources(seed, budget, length, confidence, fill):
+    table, match, config = random_table(seed, fill=fill), random_match(seed, length, confidence), GooseConfig()
+    chain = build_chain_tree(1, match, budget)
+    check_structure(chain, budget)
+    assert set(chain.sources[1:]) <= {SPINE} and chain.tokens[1:] == match.tokens[:budget - 1]
+    for tree in (build_recycling_tree(1, None, table, config, budget), build_balanced_tree(1, None, table, config,
+                                                                                          budget)):
+        check_structure(tree, budget)
+        assert set(tree.sources[1:]) <= {BRANCH}
+
+
+def test_spine_gets_the_share_its_ratio_allows():
+    table, config = random_table(0), GooseConfig()
+    match = random_match(1, 40, 0.3)
+    tree = build_goose_tree(1, None, match, table, config, 60, spine_acceptance=0.5)  # r = 0.5 -> 0.65
+    assert len(spine_nodes(tree)) == int(60 * (0.5 + 0.3 * 0.5))
+    low = build_goose_tree(1, None, match, table, config, 60, spine_acceptance=0.1)  # r = 0.15
+    assert len(spine_nodes(low)) == int(60 * (0.15 + 0.3 * 0.85))
+    assert len(tree) == len(low) == 60, "a full adjacency table fills the budget"
+
+
+def test_full_confidence_is_one_long_chain():
+    tree = build_goose_tree(1, None, random_match(2, 80, 1.0), random_table(0), GooseConfig(), 30, 0.5)
+    assert len(spine_nodes(tree)) == 29 and len(tree) == 30 and set(tree.sources[1:]) == {SPINE}
+
+
+def test_fallbacks():
+    config, match = GooseConfig(), random_match(3, 10, 0.5)
+    empty = AdjacencyTable(VOCAB, 10)
+    only_chain = build_goose_tree(1, None, match, empty, config, 60, 0.5)
+    assert set(only_chain.sources[1:]) == {SPINE}, "no adjacency row: verify the chain alone"
+    assert len(build_goose_tree(1, None, ContextMatch(), empty, config, 60, 0.5)) == 1, "neither: one AR step"
+    table = random_table(4)
+    no_match = build_goose_tree(1, 2, ContextMatch(), table, config, 40, 0.5)
+    recycling = build_recycling_tree(1, 2, table, config, 40)
+    assert (no_match.tokens, no_match.parents) == (recycling.tokens, recycling.parents)
+
+
+def test_branches_skip_the_next_spine_token_and_root_prefers_strong_successors():
+    table = random_table(5)
+    match = ContextMatch([table.successors(1)[0][0], 7, 8], 0.3)  # spine starts with the root's best successor
+    tree = build_goose_tree(1, None, match, table, GooseConfig(), 40, 0.5)
+    root_children = [tree.tokens[c] for c in tree.child_list(0)]
+    assert root_children[0] == match.tokens[0] and root_children.count(match.tokens[0]) == 1
+    expected = [t for t, _ in table.successors(1) if t != match.tokens[0]]
+    assert root_children[1:] == expected[:len(root_children) - 1]
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+@pytest.mark.parametrize("budget", [10, 40, 100])
+def test_balanced_tree_is_balanced(k, budget):
+    """Breadth-first k-ary: each level full before the next, every internal node (but the last) has k children."""
+    config = GooseConfig(branching=k)
+    tree = build_balanced_tree(0, None, random_table(k, spread=0.1), config, budget)  # every row >= k strong
+    check_structure(tree, budget)
+    assert len(tree) == min(budget, sum(k ** d for d in range(config.max_branch_depth + 1)))
+    internal = [n for n in range(len(tree)) if tree.child_list(n)]
+    assert all(len(tree.child_list(n)) == k for n in internal[:-1])
+    depth_counts = [tree.depths.count(d) for d in range(max(tree.depths) + 1)]
+    assert depth_counts[:-1] == [k ** d for d in range(len(depth_counts) - 1)]
+
+
+def test_harmonic_split_sums_and_narrows():
+    for total in range(0, 40):
+        for slots in range(1, 12):
+            shares = harmonic_split(total, slots)
+            assert sum(shares) == total and len(shares) == slots
+            assert shares == sorted(shares, reverse=True)
+
+
+def test_grown_budget_follows_confidence():
+    config = GooseConfig()
+    assert config.grown_budget(0.0) == 60 and config.grown_budget(1.0) == 100
+    assert GooseConfig(budget=8).grown_budget(0.0) == 8 and GooseConfig(budget=8).grown_budget(1.0) == 13
