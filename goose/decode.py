@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from goose.config import GooseConfig
+from goose.head import make_head
 from goose.model import GooseModel
 from goose.sampling import Sampling, Verdict, choose_child
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
@@ -76,34 +77,42 @@ def uses_adjacency(method: str) -> bool:
     return method in ("recycling", "balanced", "goose")
 
 
-def walk(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
-         ) -> tuple[list[int], int, list[int | None], dict[int, Verdict]]:
-    """Walk the verified tree from the root.
+def walk_greedy(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int, dict[int, Verdict]]:
+    """Follow the child equal to the target's argmax at its parent; the argmax where it stops is the bonus.
 
-    Returns (accepted nodes, root excluded; bonus token; the target's choice per
-    node, None where not looked at; verdict per tried node).
+    Returns (accepted nodes, root excluded; bonus token; verdict per child of a visited node).
     """
-    targets: list[int | None] = [None] * len(tree)
     verdicts: dict[int, Verdict] = {}
     accepted: list[int] = []
     node = 0
     while True:
-        if sampling.greedy:
-            target = int(logits[node].argmax())
-            targets[node] = target
-            for child in tree.child_list(node):
-                verdicts[child] = Verdict("accepted" if tree.tokens[child] == target else "rejected", None, "")
-            child = tree.children[node].get(target)
-            if child is None:
-                return accepted, target, targets, verdicts
-        else:
-            children = [(c, tree.tokens[c]) for c in tree.child_list(node)]
-            child, bonus, tried = choose_child(sampling.warp(logits[node]), children, generator)
-            verdicts.update(tried)
-            if child is None:
-                targets[node] = bonus
-                return accepted, bonus, targets, verdicts
-            targets[node] = tree.tokens[child]
+        target = argmax[node]
+        for child in tree.child_list(node):
+            verdicts[child] = (Verdict("accepted", None, "") if tree.tokens[child] == target else
+                               Verdict("rejected", None, "the target model predicted another token here"))
+        child = tree.children[node].get(target)
+        if child is None:
+            return accepted, target, verdicts
+        accepted.append(child)
+        node = child
+
+
+def walk_sampling(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator
+                  ) -> tuple[list[int], int, list[int | None], dict[int, Verdict]]:
+    """Lossless sampling walk (goose.sampling): returns (accepted, bonus, the token chosen after each
+    visited node, verdict per tried node)."""
+    chosen: list[int | None] = [None] * len(tree)
+    verdicts: dict[int, Verdict] = {}
+    accepted: list[int] = []
+    node = 0
+    while True:
+        children = [(c, tree.tokens[c]) for c in tree.child_list(node)]
+        child, bonus, tried = choose_child(sampling.warp(logits[node]), children, generator)
+        verdicts.update(tried)
+        if child is None:
+            chosen[node] = bonus
+            return accepted, bonus, chosen, verdicts
+        chosen[node] = tree.tokens[child]
         accepted.append(child)
         node = child
 
@@ -135,10 +144,14 @@ class Generation:
                              config=request.config.to_dict(), sampling=request.sampling.to_dict(),
                              max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens))
         self.eos = eos_ids(goose_model)
+        # Speculative methods verify with the screened LM head (the same argmax, cheaper); the
+        # autoregressive baseline stays the textbook full forward.
+        self.head = make_head(goose_model.model, screened=self.method != "autoregressive")
 
     def __iter__(self) -> Iterator[StepRecord]:
         return self._steps()
 
+    @torch.inference_mode()
     def _steps(self) -> Iterator[StepRecord]:
         run, config, sampling, method = self.run, self.config, self.sampling, self.method
         verifier = Verifier(self.goose_model.model)
@@ -154,10 +167,10 @@ class Generation:
         start = time.perf_counter()
         prompt = list(self.prompt_tokens)
         matcher.extend(prompt)
-        logits = verifier.forward_chain(prompt, None if adjacency else torch.tensor([len(prompt) - 1]))
-        if adjacency is not None:
-            self._refresh(adjacency, prompt, [None, *prompt[:-1]], logits)
-        first = self._choose(logits[-1], generator)
+        hidden = verifier.forward_chain(prompt)
+        argmax, logits = self._verify_rows(hidden if adjacency else hidden[-1:], prompt, [None, *prompt[:-1]],
+                                           adjacency)
+        first = argmax[-1] if logits is None else choose_child(sampling.warp(logits[-1]), [], generator)[1]
         verifier.prefix_length = len(prompt)
         run.totals.prefill_s = time.perf_counter() - start
         run.totals.forward_passes = 1
@@ -172,12 +185,14 @@ class Generation:
                                run.max_new_tokens - len(run.tokens))
             tree, budget = draft(method, state)
             t1 = time.perf_counter()
-            logits = verifier.forward_tree(tree)
-            accepted, bonus, targets, verdicts = walk(tree, logits, sampling, generator)
+            hidden = verifier.forward_tree(tree)
+            previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
+            targets, logits = self._verify_rows(hidden, tree.tokens, previous, adjacency)
+            if logits is None:
+                accepted, bonus, verdicts = walk_greedy(tree, targets)
+            else:
+                accepted, bonus, targets, verdicts = walk_sampling(tree, logits, sampling, generator)
             verifier.commit([0, *accepted])
-            if adjacency is not None:
-                previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
-                self._refresh(adjacency, tree.tokens, previous, logits)
             t2 = time.perf_counter()
 
             for node in range(1, len(tree)):
@@ -204,16 +219,23 @@ class Generation:
             path = [anchor, *new_tokens]
             anchor, before_anchor = path[-1], path[-2]
 
-    def _choose(self, logits: torch.Tensor, generator: torch.Generator | None) -> int:
-        if self.sampling.greedy:
-            return int(logits.argmax())
-        _, token, _ = choose_child(self.sampling.warp(logits), [], generator)
-        return token
+    def _verify_rows(self, hidden: torch.Tensor, tokens: list[int], previous: list[int | None],
+                     adjacency: AdjacencyTable | None) -> tuple[list[int] | None, torch.Tensor | None]:
+        """Apply the LM head to verified rows and recycle their predictions into the adjacency table.
 
-    def _refresh(self, adjacency: AdjacencyTable, tokens: list[int], previous: list[int | None],
-                 logits: torch.Tensor) -> None:
-        top = torch.topk(logits, adjacency.top_k, dim=-1)
-        adjacency.refresh(tokens, previous, top.indices, top.values)
+        Greedy: (exact argmax per row, None). Sampling: (None, exact float32 logits per row).
+        """
+        top_k = adjacency.top_k if adjacency is not None else 0
+        if self.sampling.greedy:
+            argmax, top = self.head.greedy(hidden, top_k)
+            result = (argmax.tolist(), None)
+        else:
+            logits = self.head.logits(hidden)
+            top = torch.topk(logits, top_k, dim=-1) if top_k else None
+            result = (None, logits)
+        if adjacency is not None:
+            adjacency.refresh(tokens, previous, top.indices, top.values)
+        return result
 
     def _commit(self, new_tokens: list[int], start: float) -> bool:
         """Append tokens, applying EOS, max_new_tokens and stop strings; True when the run is over."""

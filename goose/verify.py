@@ -85,7 +85,7 @@ class Verifier:
 
     def __init__(self, model) -> None:
         check_attention_kernel(model)
-        self.model = model
+        self.body = model.get_decoder()  # the transformer without its LM head
         self.layout = attention_layout(model.config)
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype
@@ -104,22 +104,21 @@ class Verifier:
         return {kind: by_window[window] for kind, window in self.layout.items()}
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int], parents: list[int], depths: list[int],
-                logit_rows: torch.Tensor | None = None) -> torch.Tensor:
-        """Append the nodes to the cache and return logits [rows, vocab] (all rows by default)."""
+    def forward(self, tokens: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
+        """Append the nodes to the cache; return their final hidden states [n, hidden] (the LM head is
+        left to the caller, which knows which rows it needs)."""
         input_ids = torch.tensor([tokens], device=self.device)
         positions = (self.prefix_length + torch.tensor([depths])).to(self.device)
-        output = self.model(input_ids=input_ids, attention_mask=self._mask(parents, depths), position_ids=positions,
-                            cache=self.cache, use_cache=True,
-                            logits_to_keep=logit_rows.to(self.device) if logit_rows is not None else 0)
-        return output.logits[0].float()
+        output = self.body(input_ids=input_ids, attention_mask=self._mask(parents, depths), position_ids=positions,
+                           cache=self.cache, use_cache=True)
+        return output.last_hidden_state[0]
 
     def forward_tree(self, tree: DraftTree) -> torch.Tensor:
         return self.forward(tree.tokens, tree.parents, tree.depths)
 
-    def forward_chain(self, tokens: list[int], logit_rows: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_chain(self, tokens: list[int]) -> torch.Tensor:
         n = len(tokens)
-        return self.forward(tokens, list(range(-1, n - 1)), list(range(n)), logit_rows)
+        return self.forward(tokens, list(range(-1, n - 1)), list(range(n)))
 
     @torch.inference_mode()
     def commit(self, path: list[int]) -> None:

@@ -43,7 +43,8 @@ def test_tree_logits_equal_plain_forward_along_every_path():
         verifier = Verifier(goose_model.model)
         verifier.forward_chain(prefix)
         verifier.prefix_length = len(prefix)
-        logits = verifier.forward(tree_tokens, PARENTS, DEPTHS)
+        with torch.no_grad():
+            logits = goose_model.model.lm_head(verifier.forward(tree_tokens, PARENTS, DEPTHS))
         for node, path in {0: [0], 1: [0, 1], 2: [0, 2], 3: [0, 1, 3]}.items():
             expected = _fresh_logits(goose_model, prefix + [tree_tokens[n] for n in path])
             torch.testing.assert_close(logits[node], expected, rtol=1e-4, atol=1e-4)
@@ -60,6 +61,7 @@ def test_commit_keeps_the_accepted_path_in_the_cache():
     verifier.commit([0, 1, 3])  # keep root, node 1, node 3
     assert verifier.prefix_length == len(prefix) + 3
     assert all(layer.keys.shape[2] == verifier.prefix_length for layer in verifier.cache.layers)
-    after = verifier.forward_chain([44])[0]
+    with torch.no_grad():
+        after = goose_model.model.lm_head(verifier.forward_chain([44]))[0]
     expected = _fresh_logits(goose_model, prefix + [40, 41, 43, 44])
     torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-4)
