@@ -61,7 +61,7 @@ def _tooltip(step: StepRecord, index: int, texts: dict[int, str]) -> str:
 
 def build_network(step: StepRecord, height: str = "560px") -> Network:
     """The pyvis network of one step: hierarchical, root on the left, accepted path emphasised."""
-    net = Network(height=height, width="100%", directed=True, cdn_resources="in_line")
+    net = Network(height=height, width="100%", directed=False, cdn_resources="in_line")
     on_path = set(step.path)
     texts = _token_texts(step)
     for index, node in enumerate(step.nodes):
@@ -71,14 +71,16 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
         net.add_node(index, label=visible_text(node.text), title=_tooltip(step, index, texts), level=node.depth,
                      shape="box", borderWidth=4 if accepted else 1,
                      color={"background": background, "border": ACCEPTED_BORDER if accepted else colour},
-                     font={"color": "#111827" if accepted else "#6b7280"}, group=node.source)
+                     font={"color": "#111827" if accepted else "#6b7280"}, source=node.source,
+                     status=node.status)
     for index, node in enumerate(step.nodes[1:], start=1):
         accepted = index in on_path
         net.add_edge(node.parent, index, width=6 if accepted else 1,
                      color=ACCEPTED_BORDER if accepted else _fade("#6b7280", 0.5))
     last = step.path[-1]
     bonus = len(step.nodes)
-    net.add_node(bonus, label=visible_text(step.bonus_text), shape="ellipse", borderWidth=4, group="bonus",
+    net.add_node(bonus, label=visible_text(step.bonus_text), shape="ellipse", borderWidth=4, source="bonus",
+                 status="bonus",
                  level=step.nodes[last].depth + 1,
                  title=f"bonus token {step.bonus_text!r} (token {step.bonus_token})\n"
                        "chosen by the target model after the last accepted node; always committed",

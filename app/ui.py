@@ -17,7 +17,7 @@ import goose
 from app import callbacks
 from app.models import ModelRegistry
 
-INTRO = """# 🪿 Goose — speculative decoding with spine trees
+INTRO = """# Goose — speculative decoding with spine trees
 Each step drafts a **tree** of guesses from two free sources — the **spine** (tokens copied from an earlier
 match in the context) and **branches** (successors the model predicted before, from the adjacency table) —
 verifies the whole tree in one forward pass, keeps the longest accepted path and adds one **bonus** token
@@ -85,7 +85,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                 with gr.Row():
                     with gr.Column(scale=3):
                         prompt = gr.Textbox(label="Prompt", lines=8, elem_id="explore-prompt")
-                        gr.Examples(prompts, [prompt], example_labels=labels, label="Examples")
+                        gr.Examples(prompts, [prompt], example_labels=labels, label="Examples", elem_id="explore-examples")
                     with gr.Column(scale=2):
                         model = gr.Textbox(default_model, label="Model", info=MODEL_INFO, elem_id="explore-model")
                         method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method")
@@ -104,7 +104,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                 with gr.Row():
                     with gr.Column(scale=3):
                         race_prompt = gr.Textbox(label="Prompt", lines=6, elem_id="race-prompt")
-                        gr.Examples(prompts, [race_prompt], example_labels=labels, label="Examples")
+                        gr.Examples(prompts, [race_prompt], example_labels=labels, label="Examples",
+                                    elem_id="race-examples")
                     with gr.Column(scale=2):
                         race_model = gr.Textbox(default_model, label="Model", info=MODEL_INFO,
                                                 elem_id="race-model")

@@ -69,11 +69,11 @@ def test_tree_page_is_offline_and_draws_sources_path_and_bonus(run: goose.RunRec
     assert not re.search(r"<(script|link)[^>]*(src|href)\s*=\s*[\"']https?://", page, re.IGNORECASE)
     assert "vis.Network" in page or "new vis" in page
     nodes = json.loads(re.search(r"nodes = new vis\.DataSet\((\[.*?\])\);", page, re.DOTALL).group(1))
-    assert {n["group"] for n in nodes} >= {"root", "spine", "branch", "bonus"}
+    assert {n["source"] for n in nodes} >= {"root", "spine", "branch", "bonus"}
     assert len(nodes) == len(step.nodes) + 1
-    outlined = [n["id"] for n in nodes if n["borderWidth"] == 4 and n["group"] != "bonus"]
+    outlined = [n["id"] for n in nodes if n["borderWidth"] == 4 and n["source"] != "bonus"]
     assert outlined == step.path
-    spine = next(n for n in nodes if n["group"] == "spine")
+    spine = next(n for n in nodes if n["source"] == "spine")
     assert "source: spine" in spine["title"] and "target model chose next" in spine["title"]
     edges = json.loads(re.search(r"edges = new vis\.DataSet\((\[.*?\])\);", page, re.DOTALL).group(1))
     assert sum(e["width"] == 6 for e in edges) == len(step.accepted) + 1  # the path plus the bonus edge
@@ -107,7 +107,7 @@ def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -
     assert list(table["method"]) == ["autoregressive", "pld", "balanced", "goose"]
     assert list(table["same tokens as AR"]) == ["yes"] * 4
     assert "goose-badge-ok" in badge and "lossless" in badge
-    assert [bar.x for bar in figures[0].data][0] == ("autoregressive", "pld", "balanced", "goose")
+    assert figures[0].data[0].x == ("autoregressive", "pld", "balanced", "goose")
 
 
 def test_badge_flags_a_method_whose_output_differs(run: goose.RunRecord) -> None:
@@ -166,7 +166,7 @@ def test_a_file_that_is_not_a_trace_is_refused(tmp_path) -> None:
 
 
 def test_a_downloaded_trace_replays_without_a_model(run: goose.RunRecord) -> None:
-    text, stats, replayed, slider, tree, _ = callbacks.load_trace(callbacks.save_trace(run))
+    text, _, replayed, _, tree, _ = callbacks.load_trace(callbacks.save_trace(run))
     assert replayed.tokens == run.tokens and "tok-spine" in text and tree.startswith("<iframe")
 
 
