@@ -23,7 +23,8 @@ def _colours(runs: dict[str, RunRecord]) -> list[str]:
 
 def _bar(runs: dict[str, RunRecord], values: list[float], title: str, axis: str, fmt: str) -> go.Figure:
     figure = go.Figure(go.Bar(x=list(runs), y=values, marker_color=_colours(runs),
-                              text=[format(v, fmt) for v in values], textposition="outside"))
+                              text=[format(v, fmt) for v in values], textposition="outside", cliponaxis=False))
+    figure.update_yaxes(range=[0, max(values, default=0) * 1.2 or 1])  # room for the labels above the bars
     return _style(figure, title, axis)
 
 
@@ -88,8 +89,9 @@ def acceptance_by_source_chart(runs: dict[str, RunRecord]) -> go.Figure:
     for source, colour in SOURCE_COLOURS.items():
         rates = [acceptance_rate(runs[m], source) for m in methods]
         figure.add_trace(go.Bar(x=methods, y=[r or 0.0 for r in rates], name=source, marker_color=colour,
-                                text=["–" if r is None else f"{r:.1%}" for r in rates], textposition="outside"))
-    figure.update_layout(barmode="group", yaxis_tickformat=".0%")
+                                text=["–" if r is None else f"{r:.1%}" for r in rates], textposition="outside",
+                                cliponaxis=False))
+    figure.update_layout(barmode="group", yaxis_tickformat=".0%", yaxis_range=[0, 1.15])
     _style(figure, "Acceptance rate by source (accepted / drafted)", "accepted / drafted")
     figure.update_layout(showlegend=True)
     return figure
