@@ -83,9 +83,9 @@ def get_model(registry: ModelRegistry, name: str | None) -> goose.GooseModel:
     try:
         return registry.get(name)
     except goose.ModelLoadError as error:
-        raise gr.Error(f"Unknown model {canonical_name(name)!r}: {error}") from error
+        raise gr.Error(str(error), title="Unknown model") from error
     except goose.UnsupportedModelError as error:
-        raise gr.Error(f"Model {canonical_name(name)!r} cannot be used: {error}") from error
+        raise gr.Error(f"Model {canonical_name(name)!r} cannot be used: {error}", title="Unsupported model") from error
 
 
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
@@ -196,9 +196,9 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     nodes = parse_budget(budget)
     limit = parse_max_new_tokens(max_new_tokens)
     if not registry.is_loaded(model_name):
-        yield (gr.skip(), stats_html(None, f"Loading {canonical_name(model_name)}… (the embedded model's very "
-                                           "first load converts a GGUF, about 45 s)"),
-               gr.skip(), gr.skip(), gr.skip(), gr.skip())
+        name = canonical_name(model_name)
+        note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
+        yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
     generation = _start(model, prompt, method, limit, nodes)
     last_yield = 0.0

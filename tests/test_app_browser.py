@@ -127,3 +127,19 @@ def test_replay_opens_a_shipped_trace_without_a_model(page) -> None:
     tree, ink = _tree(page, "replay", 0)
     assert ink > 500 and {n["source"] for n in tree["nodes"]} >= {"root", "bonus"}
     page.screenshot(path=str(ARTIFACTS / "replay.png"), full_page=True)
+
+
+def test_errors_show_in_the_page_and_the_server_carries_on(page) -> None:
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-model textarea, #explore-model input").first.fill("/nonexistent/model")
+    page.locator("#explore-run").click()
+    page.get_by_text("cannot load model '/nonexistent/model'").first.wait_for()
+    page.locator("#explore-model textarea, #explore-model input").first.fill(MODEL)
+    page.locator("#explore-prompt textarea").fill("   ")
+    page.locator("#explore-run").click()
+    page.get_by_text("The prompt is empty").first.wait_for()
+    page.screenshot(path=str(ARTIFACTS / "error.png"))
+    page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-text').innerText.includes('is_perfect_square')"
+                           " && document.querySelector('#explore-stats').innerText.includes('done')")

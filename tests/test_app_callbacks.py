@@ -144,7 +144,7 @@ def test_empty_prompt_is_refused(registry: ModelRegistry) -> None:
 
 
 def test_unknown_model_is_refused_with_its_name(registry: ModelRegistry) -> None:
-    with pytest.raises(gr.Error, match="Unknown model 'no/such-model'"):
+    with pytest.raises(gr.Error, match="cannot load model 'no/such-model'"):
         _last(callbacks.explore(registry, LIST_PROMPT, "no/such-model", "goose", "auto", 8))
 
 
