@@ -17,6 +17,7 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCAL = ("data:", "blob:", "about:")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 MODEL = os.environ.get("GOOSE_BROWSER_MODEL", "tiny-gemma3")
 TIMEOUT_MS = 240_000 if MODEL != "tiny-gemma3" else 60_000
@@ -72,6 +73,9 @@ def page(app_url: str):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.remote_requests = []
+        page.on("request", lambda request: request.url.startswith(app_url) or request.url.startswith(LOCAL)
+                or page.remote_requests.append(request.url))
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(app_url, wait_until="domcontentloaded")
         page.wait_for_selector("#explore-run")
@@ -107,6 +111,7 @@ def test_explore_draws_the_tree_offline_and_scrubs(page) -> None:
     again, _ = _tree(page, "explore", 0)
     assert again == first
     assert page.locator("#explore-download").is_enabled()
+    assert not page.remote_requests, "the page must work offline: nothing may be fetched from the network"
 
 
 def test_race_renders_plotly_charts_and_the_lossless_badge(page) -> None:
