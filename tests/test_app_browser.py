@@ -134,6 +134,19 @@ def test_replay_opens_a_shipped_trace_without_a_model(page) -> None:
     page.screenshot(path=str(ARTIFACTS / "replay.png"), full_page=True)
 
 
+def test_replay_refuses_an_upload_that_is_not_a_trace_then_opens_one(page, tmp_path) -> None:
+    from app.callbacks import EXAMPLE_TRACES
+
+    page.get_by_role("tab", name="Replay").click()
+    bogus = tmp_path / "notes.json"
+    bogus.write_text('{"hello": "world"}', encoding="utf-8")
+    page.locator("#replay-upload input[type=file]").set_input_files(str(bogus))
+    page.get_by_text("This file is not a Goose trace").first.wait_for()
+    page.locator("#replay-upload button[aria-label='Clear']").first.click()
+    page.locator("#replay-upload input[type=file]").set_input_files(str(EXAMPLE_TRACES / "repetitive-list.json"))
+    page.wait_for_function("() => document.querySelector('#replay-text').innerText.includes('is_perfect_square')")
+
+
 def test_errors_show_in_the_page_and_the_server_carries_on(page) -> None:
     page.get_by_role("tab", name="Explore").click()
     page.locator("#explore-model textarea, #explore-model input").first.fill("/nonexistent/model")
