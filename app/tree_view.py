@@ -88,7 +88,7 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
     net.add_edge(last, bonus, width=6, dashes=True, color=BONUS_COLOUR)
     net.set_options(json.dumps({
         "layout": {"hierarchical": {"enabled": True, "direction": "LR", "sortMethod": "directed",
-                                    "levelSeparation": 110, "nodeSpacing": 34, "treeSpacing": 40}},
+                                    "levelSeparation": 130, "nodeSpacing": 26, "treeSpacing": 30}},
         "physics": {"enabled": False},
         "interaction": {"hover": True, "tooltipDelay": 80, "navigationButtons": False, "zoomView": True},
         "edges": {"arrows": {"to": {"enabled": False}}, "smooth": False},
