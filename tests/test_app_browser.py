@@ -1,0 +1,163 @@
+"""The app in a real headless Chromium: the tree draws offline, the scrubber moves it, the race charts render.
+
+Runs on a tiny random model by default (seconds); set GOOSE_BROWSER_MODEL=gemma-3-270m to drive the
+embedded model instead (for screenshots worth showing). Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCAL = ("data:", "blob:", "about:")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+MODEL = os.environ.get("GOOSE_BROWSER_MODEL", "tiny-gemma3")
+TIMEOUT_MS = 240_000 if MODEL != "tiny-gemma3" else 60_000
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.skipif(not shutil.which(CHROMIUM),
+                                 reason=f"{CHROMIUM} is absent: apt-get install -y chromium")]
+
+NETWORK_JS = """() => ({
+  nodes: network.body.data.nodes.get().map(n => ({id: n.id, source: n.source, status: n.status,
+                                                  colour: n.color.background, border: n.borderWidth})),
+  edges: network.body.data.edges.get().map(e => ({from: e.from, to: e.to, width: e.width})),
+})"""
+
+INK_JS = """() => {
+  const canvas = document.querySelector('#mynetwork canvas');
+  const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let ink = 0;
+  for (let i = 0; i < pixels.length; i += 4) if (pixels[i + 3] > 0 && pixels[i] + pixels[i + 1] + pixels[i + 2] < 700) ink++;
+  return ink;
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    from app.models import ModelRegistry
+    from app.ui import build_app
+    from tests.tiny import tiny_gemma3
+
+    registry = ModelRegistry()
+    registry.register("tiny-gemma3", tiny_gemma3(0))
+    registry.get(MODEL)  # load before the clock starts
+    demo = build_app(registry, MODEL)
+    port = _free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def page(app_url: str):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.remote_requests = []
+        page.on("request", lambda request: request.url.startswith(app_url) or request.url.startswith(LOCAL)
+                or page.remote_requests.append(request.url))
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(app_url, wait_until="domcontentloaded")
+        page.wait_for_selector("#explore-run")
+        yield page
+        browser.close()
+
+
+def _tree(page, prefix: str, step: int):
+    """The vis-network inside the tab's tree iframe once step `step` is drawn: its nodes and edges."""
+    page.wait_for_selector(f'#{prefix}-tree iframe[title="speculation tree of step {step}"]')
+    frame = page.locator(f"#{prefix}-tree iframe").element_handle().content_frame()
+    frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length > 1")
+    return frame.evaluate(NETWORK_JS), frame.evaluate(INK_JS)
+
+
+def test_explore_draws_the_tree_offline_and_scrubs(page) -> None:
+    page.locator("#explore-examples").get_by_role("button", name="Repetitive list").click()
+    page.locator("#explore-run").click()
+    first, ink = _tree(page, "explore", 0)
+    assert ink > 500, "the tree canvas stayed blank"
+    colours = {n["source"]: n["colour"] for n in first["nodes"]}
+    assert len({colours[s] for s in ("root", "spine", "branch") if s in colours}) >= 2
+    assert "bonus" in colours
+    thick = [e for e in first["edges"] if e["width"] >= 6]
+    outlined = [n for n in first["nodes"] if n["border"] >= 4 and n["source"] != "bonus"]
+    assert thick and len(outlined) == len(thick), "the accepted path (plus the bonus edge) is drawn thick"
+    page.screenshot(path=str(ARTIFACTS / "explore.png"), full_page=True)
+
+    page.locator("#explore-next").click()
+    second, _ = _tree(page, "explore", 1)
+    assert [n["id"] for n in second["nodes"]] != [n["id"] for n in first["nodes"]] or second != first
+    page.locator("#explore-prev").click()
+    again, _ = _tree(page, "explore", 0)
+    assert again == first
+    assert page.locator("#explore-download").is_enabled()
+    assert not page.remote_requests, "the page must work offline: nothing may be fetched from the network"
+
+
+def test_race_renders_plotly_charts_and_the_lossless_badge(page) -> None:
+    page.get_by_role("tab", name="Race").click()
+    page.locator("#race-examples").get_by_role("button", name="Repetitive list").click()
+    page.locator("#race-run").click()
+    page.wait_for_selector("#race-badge .goose-badge")
+    for chart in ("tps", "tau", "speedup", "lengths", "sources"):
+        page.wait_for_selector(f"#race-{chart} .js-plotly-plot .main-svg")
+    assert "lossless" in page.locator("#race-badge").inner_text()
+    assert page.locator("#race-table").get_by_text("goose").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "race.png"), full_page=True)
+
+
+def test_replay_opens_a_shipped_trace_without_a_model(page) -> None:
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-open").click()
+    tree, ink = _tree(page, "replay", 0)
+    assert ink > 500 and {n["source"] for n in tree["nodes"]} >= {"root", "bonus"}
+    page.screenshot(path=str(ARTIFACTS / "replay.png"), full_page=True)
+
+
+def test_replay_refuses_an_upload_that_is_not_a_trace_then_opens_one(page, tmp_path) -> None:
+    from app.callbacks import EXAMPLE_TRACES
+
+    page.get_by_role("tab", name="Replay").click()
+    bogus = tmp_path / "notes.json"
+    bogus.write_text('{"hello": "world"}', encoding="utf-8")
+    page.locator("#replay-upload input[type=file]").set_input_files(str(bogus))
+    page.get_by_text("This file is not a Goose trace").first.wait_for()
+    page.locator("#replay-upload button[aria-label='Clear']").first.click()
+    page.locator("#replay-upload input[type=file]").set_input_files(str(EXAMPLE_TRACES / "repetitive-list.json"))
+    page.wait_for_function("() => document.querySelector('#replay-text').innerText.includes('Thursday:')")
+
+
+def test_errors_show_in_the_page_and_the_server_carries_on(page) -> None:
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-model textarea, #explore-model input").first.fill("/nonexistent/model")
+    page.locator("#explore-run").click()
+    page.get_by_text("cannot load model '/nonexistent/model'").first.wait_for()
+    page.locator("#explore-model textarea, #explore-model input").first.fill(MODEL)
+    page.locator("#explore-prompt textarea").fill("   ")
+    page.locator("#explore-run").click()
+    page.get_by_text("The prompt is empty").first.wait_for()
+    page.screenshot(path=str(ARTIFACTS / "error.png"))
+    page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-text').innerText.includes('is_perfect_square')"
+                           " && document.querySelector('#explore-stats').innerText.includes('done')")

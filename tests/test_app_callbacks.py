@@ -1,0 +1,204 @@
+"""The app's callbacks with tiny models: they return the HTML, figures and tables, and refuse bad input."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import threading
+
+import gradio as gr
+import plotly.graph_objects as go
+import pytest
+
+import goose
+from app import callbacks, charts
+from app.models import ModelRegistry, canonical_name
+from app.tree_view import strip_remote_resources, tree_iframe, tree_page
+from tests.tiny import tiny_gemma3, tiny_llama
+
+LIST_PROMPT = "1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3,"
+
+
+def _refuse(name: str | None) -> goose.GooseModel:
+    raise goose.ModelLoadError(f"cannot load model {name!r}")
+
+
+@pytest.fixture(scope="module")
+def registry() -> ModelRegistry:
+    registry = ModelRegistry(loader=_refuse)
+    registry.register("tiny-llama", tiny_llama(0))
+    registry.register("tiny-gemma3", tiny_gemma3(0))
+    return registry
+
+
+@pytest.fixture(scope="module")
+def run(registry: ModelRegistry) -> goose.RunRecord:
+    """A goose run whose second step has root, spine and branch nodes and a long accepted path."""
+    return goose.generate(registry.get("tiny-gemma3"), LIST_PROMPT, "goose", 40, 24)
+
+
+def _last(iterator):
+    outputs = None
+    for outputs in iterator:
+        pass
+    return outputs
+
+
+def test_explore_streams_then_shows_text_tree_and_download(registry: ModelRegistry) -> None:
+    updates = list(callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "goose", "24", 40))
+    text, stats, run, slider, tree, download = updates[-1]
+    assert isinstance(run, goose.RunRecord) and run.totals.new_tokens == 40
+    assert 'class="tok tok-spine"' in text and "tok-bonus" in text
+    assert "τ" in stats and f"{run.totals.tau:.2f}" in stats
+    assert slider.maximum == len(run.steps) - 1
+    assert tree.startswith("<iframe") and "srcdoc=" in tree
+    assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
+
+
+def test_token_spans_cover_every_generated_token(run: goose.RunRecord) -> None:
+    spans = callbacks.token_spans(run)
+    assert len(spans) == len(run.tokens)
+    assert {kind for _, kind, _ in spans} >= {"prefill", "spine", "bonus"}
+    assert "".join(text for text, _, _ in spans) == run.text
+
+
+def test_tree_page_is_offline_and_draws_sources_path_and_bonus(run: goose.RunRecord) -> None:
+    step = run.steps[1]
+    page = tree_page(step)
+    assert not re.search(r"<(script|link)[^>]*(src|href)\s*=\s*[\"']https?://", page, re.IGNORECASE)
+    assert "vis.Network" in page or "new vis" in page
+    nodes = json.loads(re.search(r"nodes = new vis\.DataSet\((\[.*?\])\);", page, re.DOTALL).group(1))
+    assert {n["source"] for n in nodes} >= {"root", "spine", "branch", "bonus"}
+    assert len(nodes) == len(step.nodes) + 1
+    outlined = [n["id"] for n in nodes if n["borderWidth"] == 4 and n["source"] != "bonus"]
+    assert outlined == step.path
+    spine = next(n for n in nodes if n["source"] == "spine")
+    assert "source: spine" in spine["title"] and "target model chose next" in spine["title"]
+    edges = json.loads(re.search(r"edges = new vis\.DataSet\((\[.*?\])\);", page, re.DOTALL).group(1))
+    assert sum(e["width"] == 6 for e in edges) == len(step.accepted) + 1  # the path plus the bonus edge
+
+
+def test_pyvis_cdn_tags_are_stripped() -> None:
+    page = ('<link href="https://cdn.example/b.css" rel="stylesheet" />'
+            '<script src="https://cdn.example/b.js" integrity="x"></script><script>var a = 1;</script>')
+    assert strip_remote_resources(page) == "<script>var a = 1;</script>"
+
+
+def test_tree_iframe_escapes_the_page(run: goose.RunRecord) -> None:
+    frame = tree_iframe(run.steps[0])
+    srcdoc = re.search(r'srcdoc="([^"]*)"', frame).group(1)
+    assert "<script" not in srcdoc and "<html>" in html.unescape(srcdoc)
+    assert "Run a prompt" in tree_iframe(None)
+
+
+def test_scrubbing_moves_between_steps_and_clamps(run: goose.RunRecord) -> None:
+    index, tree = callbacks.move_step(run, 0, 1)
+    assert index == 1 and tree == callbacks.show_step(run, 1) != callbacks.show_step(run, 0)
+    assert callbacks.move_step(run, 0, -1)[0] == 0
+    assert callbacks.move_step(run, len(run.steps) - 1, 1)[0] == len(run.steps) - 1
+    assert callbacks.move_step(None, 3, 1)[0] == 0
+
+
+def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -> None:
+    *figures, table, badge = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["pld"], "16", 24,
+                                            progress=lambda *a, **k: None)
+    assert len(figures) == 5 and all(isinstance(f, go.Figure) for f in figures)
+    assert list(table["method"]) == ["autoregressive", "pld", "balanced", "goose"]
+    assert list(table["same tokens as AR"]) == ["yes"] * 4
+    assert "goose-badge-ok" in badge and "lossless" in badge
+    assert figures[0].data[0].x == ("autoregressive", "pld", "balanced", "goose")
+
+
+def test_badge_flags_a_method_whose_output_differs(run: goose.RunRecord) -> None:
+    other = goose.RunRecord.from_json(run.to_json())
+    other.tokens = other.tokens[:-1]
+    badge = callbacks.lossless_badge({"autoregressive": run, "goose": other})
+    assert "goose-badge-bad" in badge and "goose" in badge
+
+
+def test_acceptance_rate_is_accepted_over_drafted(run: goose.RunRecord) -> None:
+    spine = run.totals.accepted["spine"] / run.totals.drafted["spine"]
+    assert charts.acceptance_rate(run, "spine") == pytest.approx(spine)
+    assert charts.acceptance_rate(run, "nowhere") is None
+
+
+@pytest.mark.parametrize(("budget", "expected"), [("auto", None), ("", None), (None, None), ("16", 16),
+                                                  (32.0, 32), ("512", 512)])
+def test_budget_parsing(budget, expected) -> None:
+    assert callbacks.parse_budget(budget) == expected
+
+
+@pytest.mark.parametrize(("budget", "message"), [("0", ">= 1"), ("-3", ">= 1"), ("2.5", "whole number"),
+                                                 ("many", "'auto' or a whole number"), ("513", "at most 512")])
+def test_bad_budgets_are_refused_with_a_message(registry: ModelRegistry, budget, message) -> None:
+    with pytest.raises(gr.Error, match=message):
+        next(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", budget, 8))
+
+
+def test_empty_prompt_is_refused(registry: ModelRegistry) -> None:
+    with pytest.raises(gr.Error, match="prompt is empty"):
+        next(callbacks.explore(registry, "   ", "tiny-llama", "goose", "auto", 8))
+    with pytest.raises(gr.Error, match="prompt is empty"):
+        callbacks.race(registry, "", "tiny-llama", [], "auto", 8, progress=lambda *a, **k: None)
+
+
+def test_unknown_model_is_refused_with_its_name(registry: ModelRegistry) -> None:
+    with pytest.raises(gr.Error, match="cannot load model 'no/such-model'"):
+        _last(callbacks.explore(registry, LIST_PROMPT, "no/such-model", "goose", "auto", 8))
+
+
+def test_too_long_a_request_is_refused(registry: ModelRegistry) -> None:
+    with pytest.raises(gr.Error, match="exceeds the model's context"):
+        _last(callbacks.explore(registry, "x" * 1000, "tiny-llama", "goose", "auto", 512))
+    with pytest.raises(gr.Error, match="between 1 and"):
+        next(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "auto", 0))
+
+
+def test_a_file_that_is_not_a_trace_is_refused(tmp_path) -> None:
+    for content in (b"hello", b'{"format": "other"}', b"\xff\xfe\x00"):
+        path = tmp_path / "bad.json"
+        path.write_bytes(content)
+        with pytest.raises(gr.Error, match="not a Goose trace"):
+            callbacks.load_trace(str(path))
+    with pytest.raises(gr.Error, match="Choose a trace"):
+        callbacks.load_trace(None)
+
+
+def test_a_downloaded_trace_replays_without_a_model(run: goose.RunRecord) -> None:
+    text, _, replayed, _, tree, _ = callbacks.load_trace(callbacks.save_trace(run))
+    assert replayed.tokens == run.tokens and "tok-spine" in text and tree.startswith("<iframe")
+
+
+def test_shipped_example_traces_load_and_stay_small() -> None:
+    names = callbacks.example_traces()
+    assert names, "assets/traces should ship at least one example trace"
+    for name in names:
+        assert (callbacks.EXAMPLE_TRACES / name).stat().st_size < 1_000_000
+        _, _, run, _, tree, _ = callbacks.load_example_trace(name)
+        assert run.steps and "iframe" in tree
+    with pytest.raises(gr.Error):
+        callbacks.load_example_trace("nope.json")
+
+
+def test_registry_loads_each_model_once_across_threads() -> None:
+    calls = []
+
+    def loader(name):
+        calls.append(name)
+        return tiny_llama(0)
+
+    registry = ModelRegistry(loader=loader)
+    threads = [threading.Thread(target=registry.get, args=("",)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == [None] and registry.get(goose.DEFAULT_MODEL) is registry.get("")
+    assert canonical_name("  ") == canonical_name("gemma-3-270m") == goose.DEFAULT_MODEL
+
+
+def test_the_app_builds(registry: ModelRegistry) -> None:
+    from app.ui import build_app
+
+    assert isinstance(build_app(registry, "tiny-llama"), gr.Blocks)
