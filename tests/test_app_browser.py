@@ -49,9 +49,10 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
+    from tiny import tiny_gemma3
+
     from app.models import ModelRegistry
     from app.ui import build_app
-    from tests.tiny import tiny_gemma3
 
     registry = ModelRegistry()
     registry.register("tiny-gemma3", tiny_gemma3(0))

@@ -10,14 +10,14 @@ import threading
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
+from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from app import callbacks, charts
 from app.models import ModelRegistry, canonical_name
 from app.tree_view import strip_remote_resources, tree_iframe, tree_page
-from tests.tiny import tiny_gemma3, tiny_llama
 
-LIST_PROMPT = "1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3,"
+LIST_PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the"
 
 
 def _refuse(name: str | None) -> goose.GooseModel:
@@ -56,15 +56,16 @@ def test_explore_streams_then_shows_text_tree_and_download(registry: ModelRegist
     assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
 
 
-def test_token_spans_cover_every_generated_token(run: goose.RunRecord) -> None:
+def test_token_spans_cover_every_generated_token(run: goose.RunRecord, registry: ModelRegistry) -> None:
     spans = callbacks.token_spans(run)
     assert len(spans) == len(run.tokens)
     assert {kind for _, kind, _ in spans} >= {"prefill", "spine", "bonus"}
-    assert "".join(text for text, _, _ in spans) == run.text
+    # each token is shown, special ones by name (the run's text leaves those out)
+    assert [text for text, _, _ in spans] == registry.get("tiny-gemma3").token_texts(run.tokens)
 
 
 def test_tree_page_is_offline_and_draws_sources_path_and_bonus(run: goose.RunRecord) -> None:
-    step = run.steps[1]
+    step = next(s for s in run.steps if {"spine", "branch"} <= {n.source for n in s.nodes})
     page = tree_page(step)
     assert not re.search(r"<(script|link)[^>]*(src|href)\s*=\s*[\"']https?://", page, re.IGNORECASE)
     assert "vis.Network" in page or "new vis" in page
