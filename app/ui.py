@@ -85,7 +85,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                 with gr.Row():
                     with gr.Column(scale=3):
                         prompt = gr.Textbox(label="Prompt", lines=8, elem_id="explore-prompt")
-                        gr.Examples(prompts, [prompt], example_labels=labels, label="Examples", elem_id="explore-examples")
+                        gr.Examples(prompts, [prompt], example_labels=labels, label="Examples",
+                                    elem_id="explore-examples")
                     with gr.Column(scale=2):
                         model = gr.Textbox(default_model, label="Model", info=MODEL_INFO, elem_id="explore-model")
                         method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method")

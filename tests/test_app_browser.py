@@ -36,7 +36,8 @@ INK_JS = """() => {
   const canvas = document.querySelector('#mynetwork canvas');
   const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
   let ink = 0;
-  for (let i = 0; i < pixels.length; i += 4) if (pixels[i + 3] > 0 && pixels[i] + pixels[i + 1] + pixels[i + 2] < 700) ink++;
+  for (let i = 0; i < pixels.length; i += 4)
+    if (pixels[i + 3] > 0 && pixels[i] + pixels[i + 1] + pixels[i + 2] < 700) ink++;
   return ink;
 }"""
 

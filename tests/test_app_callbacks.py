@@ -39,10 +39,7 @@ def run(registry: ModelRegistry) -> goose.RunRecord:
 
 
 def _last(iterator):
-    outputs = None
-    for outputs in iterator:
-        pass
-    return outputs
+    return list(iterator)[-1]
 
 
 def test_explore_streams_then_shows_text_tree_and_download(registry: ModelRegistry) -> None:
