@@ -30,6 +30,16 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def budget_arg(text: str) -> int | str:
+    """'auto' or a whole number of tree nodes."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budget must be 'auto' or a whole number, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m goose", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -38,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: CUDA when present)")
     gen.add_argument("--method", default="goose", choices=METHODS)
-    gen.add_argument("--budget", type=int, default=None, help="tree node budget, root included")
+    gen.add_argument("--budget", type=budget_arg, default="auto",
+                     help="tree node budget, root included, or 'auto' (default: picked per step from this "
+                          "device's measured cost and the acceptance seen so far)")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

@@ -17,6 +17,8 @@ class GooseConfig:
     """Hyperparameters of the draft sources and the tree builders.
 
     budget:            node budget B of one tree, root included (paper: 60).
+    auto_budget:       pick B every step from this device's measured verification cost and
+                       the acceptance seen so far (goose.budget); `budget` is then unused.
     max_budget:        the budget a fully confident step may grow to (paper: 100);
                        growth is proportional, so a budget of B grows to
                        B * max_budget / 60 at confidence 1.
@@ -37,6 +39,7 @@ class GooseConfig:
     """
 
     budget: int = 60
+    auto_budget: bool = False
     max_budget: int = 100
     ngram_lengths: tuple[int, ...] = (5, 4, 3)
     max_chain: int = 20

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from goose.budget import tuner_for
 from goose.config import GooseConfig
 from goose.head import make_head
 from goose.model import GooseModel
@@ -46,21 +47,15 @@ class DraftState:
     adjacency: AdjacencyTable | None
     config: GooseConfig
     spine_acceptance: float
-    remaining: int  # tokens still to generate; deeper drafts would be wasted
+    match: ContextMatch  # this step's context match, already cut to what can still be generated
 
 
-def _match(state: DraftState) -> ContextMatch:
-    match = state.matcher.match()
-    match.tokens = match.tokens[:max(0, state.remaining - 1)]
-    return match
-
-
-def draft(method: str, state: DraftState) -> tuple[DraftTree, int]:
+def draft(method: str, state: DraftState, base_budget: int) -> tuple[DraftTree, int]:
     """The one place where the methods differ. Returns the tree and the step's node budget."""
     if method == "autoregressive":
         return DraftTree.rooted_at(state.anchor), 1
-    match = _match(state)
-    budget = state.config.grown_budget(match.confidence)  # the same per-step budget for every tree method
+    match = state.match
+    budget = state.config.with_overrides(budget=base_budget).grown_budget(match.confidence)  # same for every tree
     if method == "pld":
         tree = build_chain_tree(state.anchor, match, budget)
     elif method == "recycling":
@@ -160,6 +155,7 @@ class Generation:
         adjacency = (AdjacencyTable(self.goose_model.vocab_size, config.top_k, config.min_score, config.use_bigram)
                      if uses_adjacency(method) else None)
         generator = None if sampling.greedy else sampling.generator()
+        tuner = tuner_for(self.goose_model, method) if config.auto_budget and method != "autoregressive" else None
         drafted: Counter = Counter()
         accepted_by_source: Counter = Counter()
         spine_acceptance = config.ema_start
@@ -168,8 +164,9 @@ class Generation:
         prompt = list(self.prompt_tokens)
         matcher.extend(prompt)
         hidden = verifier.forward_chain(prompt)
-        argmax, logits = self._verify_rows(hidden if adjacency else hidden[-1:], prompt, [None, *prompt[:-1]],
-                                           adjacency)
+        argmax, logits, top = self._verify_rows(hidden if adjacency else hidden[-1:], adjacency)
+        if adjacency is not None:
+            adjacency.refresh(prompt, [None, *prompt[:-1]], top.indices, top.values)
         first = argmax[-1] if logits is None else choose_child(sampling.warp(logits[-1]), [], generator)[1]
         verifier.prefix_length = len(prompt)
         run.totals.prefill_s = time.perf_counter() - start
@@ -181,18 +178,24 @@ class Generation:
 
         while True:
             t0 = time.perf_counter()
-            state = DraftState(anchor, before_anchor, matcher, adjacency, config, spine_acceptance,
-                               run.max_new_tokens - len(run.tokens))
-            tree, budget = draft(method, state)
+            match = matcher.match() if method != "autoregressive" else ContextMatch()
+            match.tokens = match.tokens[:max(0, run.max_new_tokens - len(run.tokens) - 1)]
+            state = DraftState(anchor, before_anchor, matcher, adjacency, config, spine_acceptance, match)
+            tree, budget = draft(method, state, tuner.best() if tuner else config.budget)
             t1 = time.perf_counter()
             hidden = verifier.forward_tree(tree)
             previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
-            targets, logits = self._verify_rows(hidden, tree.tokens, previous, adjacency)
+            targets, logits, top = self._verify_rows(hidden, adjacency)
             if logits is None:
                 accepted, bonus, verdicts = walk_greedy(tree, targets)
             else:
                 accepted, bonus, targets, verdicts = walk_sampling(tree, logits, sampling, generator)
             verifier.commit([0, *accepted])
+            if tuner is not None and sampling.greedy:  # before the adjacency refresh: the state it drafted from
+                revealed = [tree.tokens[n] for n in accepted] + [bonus]
+                tuner.observe({n: draft(method, state, n)[0] for n in tuner.costs}, revealed)
+            if adjacency is not None:
+                adjacency.refresh(tree.tokens, previous, top.indices, top.values)
             t2 = time.perf_counter()
 
             for node in range(1, len(tree)):
@@ -219,23 +222,16 @@ class Generation:
             path = [anchor, *new_tokens]
             anchor, before_anchor = path[-1], path[-2]
 
-    def _verify_rows(self, hidden: torch.Tensor, tokens: list[int], previous: list[int | None],
-                     adjacency: AdjacencyTable | None) -> tuple[list[int] | None, torch.Tensor | None]:
-        """Apply the LM head to verified rows and recycle their predictions into the adjacency table.
-
-        Greedy: (exact argmax per row, None). Sampling: (None, exact float32 logits per row).
-        """
+    def _verify_rows(self, hidden: torch.Tensor, adjacency: AdjacencyTable | None):
+        """Apply the LM head to verified rows: (exact argmax per row, None, top-k) when greedy,
+        (None, exact float32 logits, top-k) when sampling; top-k (for the adjacency table) is None
+        when no table is kept."""
         top_k = adjacency.top_k if adjacency is not None else 0
         if self.sampling.greedy:
             argmax, top = self.head.greedy(hidden, top_k)
-            result = (argmax.tolist(), None)
-        else:
-            logits = self.head.logits(hidden)
-            top = torch.topk(logits, top_k, dim=-1) if top_k else None
-            result = (None, logits)
-        if adjacency is not None:
-            adjacency.refresh(tokens, previous, top.indices, top.values)
-        return result
+            return argmax.tolist(), None, top
+        logits = self.head.logits(hidden)
+        return None, logits, torch.topk(logits, top_k, dim=-1) if top_k else None
 
     def _commit(self, new_tokens: list[int], start: float) -> bool:
         """Append tokens, applying EOS, max_new_tokens and stop strings; True when the run is over."""
@@ -292,7 +288,7 @@ class Request:
     stop: tuple[str, ...]
 
 
-def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | None = None, *,
+def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | str | None = None, *,
                   stop: Sequence[str] | str | None = None, temperature: float = 0.0, top_k: int = 0,
                   top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
                   **overrides) -> Request:
@@ -303,15 +299,17 @@ def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128,
         raise ValueError("the prompt is empty: give some text to continue")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-    if budget is not None:
-        overrides["budget"] = budget
+    if budget is None or budget == "auto":
+        overrides.setdefault("auto_budget", True)
+    else:
+        overrides["budget"], overrides["auto_budget"] = budget, False
     config = (config or GooseConfig()).with_overrides(**overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
                    resolve_stops(stop))
 
 
 def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
-           budget: int | None = None, **kwargs) -> Generation:
+           budget: int | str | None = None, **kwargs) -> Generation:
     """Start a generation; iterate the result for its steps as they happen.
 
     Keyword arguments: stop, temperature, top_k, top_p, seed, config, and any
@@ -322,7 +320,7 @@ def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_
 
 
 def generate(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
-             budget: int | None = None, **kwargs) -> RunRecord:
+             budget: int | str | None = None, **kwargs) -> RunRecord:
     """Generate to the end and return the run record."""
     generation = stream(goose_model, prompt, method, max_new_tokens, budget, **kwargs)
     for _ in generation:
