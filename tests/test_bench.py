@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+import torch
 from tiny import char_tokenizer, tiny_llama
 
 from goose import bench
@@ -79,7 +80,7 @@ def bench_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     small_bandwidth_probe = functools.partial(bench.measure_memory_bandwidth, nbytes=1 << 24)
     settings = BenchSettings(suite="mtbench", methods=("goose", "pld", "hf-pld"), limit=2, budget=8,
-                             max_new_tokens=12, threads=1)
+                             max_new_tokens=12, threads=torch.get_num_threads())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bench, "measure_memory_bandwidth", small_bandwidth_probe)
         bench.run_bench(settings, out, tiny_llama(0), progress=False)
