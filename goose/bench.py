@@ -359,17 +359,24 @@ def format_cell(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+SUMMARY_HEADER = ("method", "prompts", "tokens", "forwards", "wall s", "tau", "tok/s", "speedup", "median", "min",
+                  "acc/step", "acceptance", "GB/s", "lossless")
+
+
+def summary_rows(summaries: Sequence[MethodSummary]) -> list[list[str]]:
+    """The summary as table cells under SUMMARY_HEADER, for the terminal and the report alike."""
+    return [[s.method, format_cell(s.prompts), format_cell(s.new_tokens), format_cell(s.forward_passes),
+             format_cell(s.wall_s, 1), format_cell(s.tau), format_cell(s.tokens_per_s, 1),
+             format_cell(s.speedup_pooled), format_cell(s.speedup_median), format_cell(s.speedup_min),
+             format_cell(s.mean_accepted_length),
+             " ".join(f"{source} {rate:.3f}" for source, rate in s.acceptance.items()) or "-",
+             format_cell(s.bandwidth_gb_s, 1), format_cell(s.lossless)] for s in summaries]
+
+
 def format_table(summaries: Sequence[MethodSummary]) -> str:
     """A plain-text table of the summary, for the terminal."""
-    header = ["method", "prompts", "tokens", "tau", "tok/s", "speedup", "median", "min", "acc/step", "accept",
-              "GB/s", "lossless"]
-    rows = [header]
-    for s in summaries:
-        accept = " ".join(f"{source} {rate:.2f}" for source, rate in s.acceptance.items()) or "-"
-        rows.append([s.method, format_cell(s.prompts), format_cell(s.new_tokens), format_cell(s.tau), format_cell(s.tokens_per_s, 1),
-                     format_cell(s.speedup_pooled), format_cell(s.speedup_median), format_cell(s.speedup_min),
-                     format_cell(s.mean_accepted_length), accept, format_cell(s.bandwidth_gb_s, 1), format_cell(s.lossless)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    rows = [list(SUMMARY_HEADER), *summary_rows(summaries)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_HEADER))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 

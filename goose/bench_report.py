@@ -15,11 +15,12 @@ from typing import Any
 
 from goose.bench import (
     BASELINE,
+    SUMMARY_HEADER,
     BenchRun,
     MethodSummary,
     category_speedups,
-    format_cell,
     per_prompt_speedups,
+    summary_rows,
 )
 
 CHART_HEIGHT = 380
@@ -122,14 +123,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def summary_table(summaries: Sequence[MethodSummary]) -> str:
-    header = ["method", "prompts", "tokens", "forwards", "wall s", "tau", "tokens/s", "speedup pooled",
-              "speedup median", "speedup min", "accepted/step", "acceptance by source", "GB/s", "lossless"]
-    rows = [[s.method, format_cell(s.prompts), format_cell(s.new_tokens), format_cell(s.forward_passes), format_cell(s.wall_s, 1),
-             format_cell(s.tau), format_cell(s.tokens_per_s, 1), format_cell(s.speedup_pooled), format_cell(s.speedup_median),
-             format_cell(s.speedup_min), format_cell(s.mean_accepted_length),
-             ", ".join(f"{k} {v:.3f}" for k, v in s.acceptance.items()) or "-", format_cell(s.bandwidth_gb_s, 1),
-             format_cell(s.lossless)] for s in summaries]
-    return _table(header, rows)
+    return _table(SUMMARY_HEADER, summary_rows(summaries))
 
 
 def lossless_table(runs: Sequence[BenchRun]) -> str:
