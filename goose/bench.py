@@ -61,6 +61,7 @@ class BenchRun:
     accepted_lengths: list[int] = field(default_factory=list)
     budget: int | None = None
     matches_autoregressive: bool | None = None
+    load_average: float | None = None  # the machine's 1-minute load when the run ended: other work skews timings
 
     @property
     def new_tokens(self) -> int:
@@ -464,6 +465,7 @@ def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[s
     runs = []
     for method in methods:
         runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget))
+        runs[-1].load_average = os.getloadavg()[0]
         on_run(runs[-1])
     mark_lossless(runs)
     return runs

@@ -104,7 +104,7 @@ def test_every_method_including_hf_pld_matches_autoregressive(bench_dir):
 def test_runs_jsonl_lines_hold_what_a_run_needs(bench_dir):
     line = json.loads((bench_dir / "runs.jsonl").read_text(encoding="utf-8").splitlines()[1])
     assert {"prompt_id", "category", "method", "tokens", "text", "totals", "accepted_lengths",
-            "matches_autoregressive"} <= set(line)
+            "matches_autoregressive", "load_average"} <= set(line)
     assert line["category"] == "writing" and line["budget"] == 8
     assert len(line["accepted_lengths"]) == line["totals"]["forward_passes"] - 1  # prefill is not a step
 
