@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goose.bench import (
     BASELINE,
@@ -23,10 +23,13 @@ from goose.bench import (
     summary_rows,
 )
 
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
+
 CHART_HEIGHT = 380
 
 
-def _bar(summaries: Sequence[MethodSummary], attribute: str, title: str, y_title: str):
+def _bar(summaries: Sequence[MethodSummary], attribute: str, title: str, y_title: str) -> Figure:
     import plotly.graph_objects as go
 
     shown = [s for s in summaries if getattr(s, attribute) is not None]
@@ -36,7 +39,7 @@ def _bar(summaries: Sequence[MethodSummary], attribute: str, title: str, y_title
     return figure
 
 
-def speedup_figure(summaries: Sequence[MethodSummary], runs: Sequence[BenchRun]):
+def speedup_figure(summaries: Sequence[MethodSummary], runs: Sequence[BenchRun]) -> Figure:
     """Pooled speedup per method (bars) and its per-prompt distribution (boxes), 1.0 = autoregressive."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -53,7 +56,7 @@ def speedup_figure(summaries: Sequence[MethodSummary], runs: Sequence[BenchRun])
     return figure
 
 
-def accepted_length_figure(runs: Sequence[BenchRun]):
+def accepted_length_figure(runs: Sequence[BenchRun]) -> Figure:
     """Share of steps that accepted 0, 1, 2, ... draft tokens, per speculative method."""
     import plotly.graph_objects as go
 
@@ -67,7 +70,7 @@ def accepted_length_figure(runs: Sequence[BenchRun]):
     return figure
 
 
-def acceptance_figure(summaries: Sequence[MethodSummary]):
+def acceptance_figure(summaries: Sequence[MethodSummary]) -> Figure:
     """Accepted / drafted tokens per draft source and method."""
     import plotly.graph_objects as go
 
@@ -82,7 +85,7 @@ def acceptance_figure(summaries: Sequence[MethodSummary]):
     return figure
 
 
-def category_figure(runs: Sequence[BenchRun]):
+def category_figure(runs: Sequence[BenchRun]) -> Figure | None:
     """Pooled speedup per category and method; None when the suite has no categories."""
     import plotly.graph_objects as go
 
@@ -99,7 +102,7 @@ def category_figure(runs: Sequence[BenchRun]):
     return figure
 
 
-def bandwidth_figure(summaries: Sequence[MethodSummary], meta: dict[str, Any]):
+def bandwidth_figure(summaries: Sequence[MethodSummary], meta: dict[str, Any]) -> Figure:
     """Bandwidth achieved (parameter bytes x forward passes per second) beside the measured memory bandwidth."""
     figure = _bar(summaries, "bandwidth_gb_s", "Bandwidth achieved: parameter bytes x forward passes / s", "GB/s")
     for name, value in meta.get("memory_bandwidth_gb_s", {}).items():
@@ -107,7 +110,7 @@ def bandwidth_figure(summaries: Sequence[MethodSummary], meta: dict[str, Any]):
     return figure
 
 
-def figures(runs: Sequence[BenchRun], summaries: Sequence[MethodSummary], meta: dict[str, Any]) -> list:
+def figures(runs: Sequence[BenchRun], summaries: Sequence[MethodSummary], meta: dict[str, Any]) -> list[Figure]:
     """Every chart of the report, in reading order."""
     charts = [_bar(summaries, "tau", "tau: tokens per target forward pass (prefill counted)", "tau"),
               _bar(summaries, "tokens_per_s", "Tokens per second (pooled, prefill included)", "tokens/s"),
@@ -117,12 +120,14 @@ def figures(runs: Sequence[BenchRun], summaries: Sequence[MethodSummary], meta: 
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain HTML table, every cell escaped."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def summary_table(summaries: Sequence[MethodSummary]) -> str:
+    """The per-method summary, the same cells as the terminal table."""
     return _table(SUMMARY_HEADER, summary_rows(summaries))
 
 
@@ -138,6 +143,7 @@ def lossless_table(runs: Sequence[BenchRun]) -> str:
 
 
 def settings_line(meta: dict[str, Any]) -> str:
+    """One sentence saying what was measured where, and how loaded the machine was."""
     settings = meta.get("settings", {})
     bandwidth = ", ".join(f"{k} {v:.1f} GB/s" for k, v in meta.get("memory_bandwidth_gb_s", {}).items())
     budget = settings.get("budget")
