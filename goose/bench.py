@@ -62,6 +62,7 @@ class BenchRun:
     budget: int | None = None
     matches_autoregressive: bool | None = None
     load_average: float | None = None  # the machine's 1-minute load when the run ended: other work skews timings
+    cpu_s: float | None = None  # this process's CPU time for the run: less swayed by other work than wall time
 
     @property
     def new_tokens(self) -> int:
@@ -270,6 +271,13 @@ def pooled_tokens_per_s(runs: Iterable[BenchRun]) -> float:
     return _ratio(sum(r.new_tokens for r in runs), sum(r.wall_s for r in runs)) or 0.0
 
 
+def pooled_tokens_per_cpu_s(runs: Iterable[BenchRun]) -> float | None:
+    """Total tokens / total CPU seconds; None when a run has no CPU time recorded."""
+    runs = list(runs)
+    cpu = [r.cpu_s for r in runs]
+    return None if not runs or None in cpu else _ratio(sum(r.new_tokens for r in runs), sum(cpu))
+
+
 def category_speedups(runs: Sequence[BenchRun]) -> dict[str, dict[str, float | None]]:
     """method -> category -> pooled speedup over autoregressive within that category (empty without categories)."""
     groups: dict[tuple[str, str], list[BenchRun]] = defaultdict(list)
@@ -310,13 +318,14 @@ class MethodSummary:
     speedup_pooled: float | None
     speedup_median: float | None
     speedup_min: float | None
+    cpu_speedup: float | None  # pooled, by CPU time instead of wall time
     mean_accepted_length: float | None
     acceptance: dict[str, float]
     bandwidth_gb_s: float | None
     lossless: bool | None
 
 
-def summarize_method(method: str, runs: Sequence[BenchRun], baseline_tokens_per_s: float,
+def summarize_method(method: str, runs: Sequence[BenchRun], baseline: Sequence[BenchRun],
                      speedups: dict[str, float], parameter_bytes: int) -> MethodSummary:
     """Pooled and per-prompt figures of one method. Bandwidth achieved = parameter bytes x forwards per second."""
     tokens = sum(run.new_tokens for run in runs)
@@ -326,12 +335,14 @@ def summarize_method(method: str, runs: Sequence[BenchRun], baseline_tokens_per_
     steps = [n for run in runs for n in run.accepted_lengths]
     verdicts = [run.matches_autoregressive for run in runs]
     tokens_per_s = _ratio(tokens, wall) or 0.0
+    cpu_rate, baseline_cpu_rate = pooled_tokens_per_cpu_s(runs), pooled_tokens_per_cpu_s(baseline)
     return MethodSummary(
         method=method, prompts=len(runs), new_tokens=tokens, forward_passes=forwards, wall_s=wall,
         tokens_per_s=tokens_per_s, tau=_ratio(tokens, forwards) if forwards else None,
-        speedup_pooled=_ratio(tokens_per_s, baseline_tokens_per_s),
+        speedup_pooled=_ratio(tokens_per_s, pooled_tokens_per_s(baseline)),
         speedup_median=statistics.median(speedups.values()) if speedups else None,
         speedup_min=min(speedups.values()) if speedups else None,
+        cpu_speedup=_ratio(cpu_rate, baseline_cpu_rate) if cpu_rate else None,
         mean_accepted_length=statistics.fmean(steps) if steps else None,
         acceptance=acceptance_by_source(runs),
         bandwidth_gb_s=parameter_bytes * forwards / wall / 1e9 if forwards and wall else None,
@@ -343,7 +354,7 @@ def summarize(runs: Sequence[BenchRun], parameter_bytes: int = 0) -> list[Method
     by_method: dict[str, list[BenchRun]] = defaultdict(list)
     for run in runs:
         by_method[run.method].append(run)
-    baseline = pooled_tokens_per_s(by_method.get(BASELINE, []))
+    baseline = by_method.get(BASELINE, [])
     speedups = per_prompt_speedups(runs)
     return [summarize_method(method, group, baseline, speedups.get(method, {}), parameter_bytes)
             for method, group in by_method.items()]
@@ -361,7 +372,7 @@ def format_cell(value: Any, digits: int = 2) -> str:
 
 
 SUMMARY_HEADER = ("method", "prompts", "tokens", "forwards", "wall s", "tau", "tok/s", "speedup", "median", "min",
-                  "acc/step", "acceptance", "GB/s", "lossless")
+                  "cpu-speedup", "acc/step", "acceptance", "GB/s", "lossless")
 
 
 def summary_rows(summaries: Sequence[MethodSummary]) -> list[list[str]]:
@@ -369,7 +380,7 @@ def summary_rows(summaries: Sequence[MethodSummary]) -> list[list[str]]:
     return [[s.method, format_cell(s.prompts), format_cell(s.new_tokens), format_cell(s.forward_passes),
              format_cell(s.wall_s, 1), format_cell(s.tau), format_cell(s.tokens_per_s, 1),
              format_cell(s.speedup_pooled), format_cell(s.speedup_median), format_cell(s.speedup_min),
-             format_cell(s.mean_accepted_length),
+             format_cell(s.cpu_speedup), format_cell(s.mean_accepted_length),
              " ".join(f"{source} {rate:.3f}" for source, rate in s.acceptance.items()) or "-",
              format_cell(s.bandwidth_gb_s, 1), format_cell(s.lossless)] for s in summaries]
 
@@ -464,7 +475,9 @@ def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[s
     """Every method in turn on one prompt (the interleaving), each checked against autoregressive."""
     runs = []
     for method in methods:
+        cpu_start = time.process_time()
         runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget))
+        runs[-1].cpu_s = time.process_time() - cpu_start
         runs[-1].load_average = os.getloadavg()[0]
         on_run(runs[-1])
     mark_lossless(runs)

@@ -104,7 +104,7 @@ def test_every_method_including_hf_pld_matches_autoregressive(bench_dir):
 def test_runs_jsonl_lines_hold_what_a_run_needs(bench_dir):
     line = json.loads((bench_dir / "runs.jsonl").read_text(encoding="utf-8").splitlines()[1])
     assert {"prompt_id", "category", "method", "tokens", "text", "totals", "accepted_lengths",
-            "matches_autoregressive", "load_average"} <= set(line)
+            "matches_autoregressive", "load_average", "cpu_s"} <= set(line)
     assert line["category"] == "writing" and line["budget"] == 8
     assert len(line["accepted_lengths"]) == line["totals"]["forward_passes"] - 1  # prefill is not a step
 
@@ -176,6 +176,16 @@ def test_acceptance_is_pooled_per_source():
 def test_category_speedups_compare_within_each_category():
     speedups = bench.category_speedups(synthetic_runs())
     assert speedups["x"] == pytest.approx({"c1": 2.0, "c2": 0.5})
+
+
+def test_cpu_speedup_compares_tokens_per_cpu_second():
+    runs = synthetic_runs()
+    for run, cpu_s in zip(runs, (20.0, 2.0, 4.0, 2.0)):
+        run.cpu_s = cpu_s
+    summary = {s.method: s for s in bench.summarize(runs)}["x"]
+    assert summary.cpu_speedup == pytest.approx((110 / 6) / (110 / 22))
+    runs[0].cpu_s = None
+    assert {s.method: s for s in bench.summarize(runs)}["x"].cpu_speedup is None
 
 
 def test_unknown_forward_count_gives_no_tau():
