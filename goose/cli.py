@@ -7,7 +7,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from goose.bench import BENCH_METHODS, SUITES, parse_budget, parse_methods
+from goose.bench import (
+    BENCH_METHODS,
+    SUITES,
+    BenchSettings,
+    default_out_dir,
+    format_table,
+    parse_budget,
+    parse_methods,
+    rebuild_results,
+    run_bench,
+)
 from goose.decode import METHODS
 
 
@@ -31,8 +41,6 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from goose.bench import BenchSettings, default_out_dir, format_table, run_bench
-
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
                              max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads)
     out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
@@ -45,8 +53,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_report(args: argparse.Namespace) -> int:
-    from goose.bench import format_table, rebuild_results
-
     print(format_table(rebuild_results(Path(args.folder))))
     return 0
 
