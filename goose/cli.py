@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
+from goose.bench import (
+    BENCH_METHODS,
+    SUITES,
+    BenchSettings,
+    default_out_dir,
+    format_table,
+    parse_budget,
+    parse_methods,
+    rebuild_results,
+    run_bench,
+)
 from goose.decode import METHODS
 
 
@@ -40,6 +53,54 @@ def budget_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"budget must be 'auto' or a whole number, got {text!r}") from None
 
 
+def _bench(args: argparse.Namespace) -> int:
+    settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
+                             max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads)
+    out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
+    summaries, meta = run_bench(settings, out_dir)
+    print(format_table(summaries))
+    bandwidth = ", ".join(f"{name} {value:.1f} GB/s" for name, value in meta["memory_bandwidth_gb_s"].items())
+    print(f"\nmemory bandwidth measured: {bandwidth}; parameters {meta['parameter_bytes'] / 1e6:.0f} MB; "
+          f"results in {out_dir}/ (runs.jsonl, summary.csv, meta.json, report.html)")
+    return 0
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    print(format_table(rebuild_results(Path(args.folder))))
+    return 0
+
+
+def _argument(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse type that reports the parser's own ValueError message instead of a generic one."""
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
+    return convert
+
+
+def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser("bench", help="benchmark methods on a prompt suite, interleaved per prompt")
+    bench.add_argument("--suite", required=True, help=f"{' or '.join(SUITES)}, or a JSONL file "
+                       "(Spec-Bench/FastChat form: first of `turns`; or a `prompt` field)")
+    bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    bench.add_argument("--methods", type=_argument(parse_methods), default=BENCH_METHODS,
+                       help=f"comma-separated, from {','.join(BENCH_METHODS)} (default: all); "
+                       "autoregressive is added when missing: it is the reference")
+    bench.add_argument("--budget", type=_argument(parse_budget), default=None,
+                       help="tree node budget, or auto (default): the library's choice")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
+    bench.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    bench.add_argument("--out", default=None, help="output folder (default: bench-out/<suite>-<timestamp>)")
+    bench.set_defaults(handler=_bench)
+    report = commands.add_parser("bench-report", help="rebuild summary.csv and report.html of a benchmark folder "
+                                 "from its runs.jsonl (also of an unfinished run)")
+    report.add_argument("folder")
+    report.set_defaults(handler=_bench_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m goose", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -59,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
     gen.set_defaults(handler=_generate)
+    _add_bench_parsers(commands)
     return parser
 
 
