@@ -43,16 +43,6 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def budget_arg(text: str) -> int | str:
-    """'auto' or a whole number of tree nodes."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"budget must be 'auto' or a whole number, got {text!r}") from None
-
-
 def _bench(args: argparse.Namespace) -> int:
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
                              max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads)
@@ -109,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: CUDA when present)")
     gen.add_argument("--method", default="goose", choices=METHODS)
-    gen.add_argument("--budget", type=budget_arg, default="auto",
+    gen.add_argument("--budget", type=_argument(parse_budget), default=None,
                      help="tree node budget, root included, or 'auto' (default: picked per step from this "
                           "device's measured cost and the acceptance seen so far)")
     gen.add_argument("--max-new-tokens", type=int, default=128)
