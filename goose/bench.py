@@ -202,7 +202,8 @@ def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, me
     """One greedy generation with a Goose method, timed by the library itself."""
     run = generate(goose_model, text, method, max_new_tokens, budget)
     return BenchRun(prompt.id, prompt.category, method, len(run.prompt_tokens), list(run.tokens), run.text,
-                    asdict(run.totals), [step.accepted_length for step in run.steps], run.config["budget"])
+                    asdict(run.totals), [step.accepted_length for step in run.steps],
+                    "auto" if run.config.get("auto_budget") else run.config["budget"])
 
 
 def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_tokens: int) -> BenchRun:

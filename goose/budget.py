@@ -90,8 +90,10 @@ def cost_table(goose_model, cache_file: str | os.PathLike | None = None) -> dict
     if key not in table:
         table[key] = {str(n): c for n, c in measure_costs(goose_model).items()}
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as file:
+        staging = f"{path}.{os.getpid()}.tmp"  # several processes may measure at once: replace atomically
+        with open(staging, "w") as file:
             json.dump(table, file, indent=1)
+        os.replace(staging, path)
     return {int(n): c for n, c in table[key].items()}
 
 
