@@ -88,10 +88,20 @@ def get_model(registry: ModelRegistry, name: str | None) -> goose.GooseModel:
         raise gr.Error(f"Model {canonical_name(name)!r} cannot be used: {error}", title="Unsupported model") from error
 
 
-def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
-           budget: int | None) -> goose.Generation:
+def parse_seed(value: Any) -> int | None:
+    """The seed box: blank for a fresh random seed, else a whole number."""
+    if value in (None, ""):
+        return None
     try:
-        return goose.stream(model, prompt, method, max_new_tokens, budget)
+        return int(value)
+    except (TypeError, ValueError):
+        raise gr.Error(f"The seed must be a whole number or blank, got {value!r}.") from None
+
+
+def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
+           budget: int | None, **sampling: Any) -> goose.Generation:
+    try:
+        return goose.stream(model, prompt, method, max_new_tokens, budget, **sampling)
     except (ValueError, TypeError) as error:
         raise gr.Error(str(error)) from error
 
@@ -188,8 +198,12 @@ def view_run(run: RunRecord, status: str = "") -> tuple[str, str, RunRecord, gr.
 # ---------------------------------------------------------------- Explore
 
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
-            max_new_tokens: Any) -> Iterator[tuple]:
-    """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download."""
+            max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+            seed: Any = None) -> Iterator[tuple]:
+    """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
+
+    Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
+    hovering a tried node shows the probability it was accepted with."""
     prompt = check_prompt(prompt)
     if method not in goose.METHODS:
         raise gr.Error(f"Unknown method {method!r}; choose one of {', '.join(goose.METHODS)}.")
@@ -200,7 +214,8 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
         yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
-    generation = _start(model, prompt, method, limit, nodes)
+    generation = _start(model, prompt, method, limit, nodes, temperature=float(temperature or 0.0),
+                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed))
     last_yield = 0.0
     for _ in generation:
         now = time.perf_counter()

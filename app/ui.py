@@ -94,9 +94,15 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                                              label="Node budget per tree",
                                              info=f"auto = the library default; 1–{callbacks.MAX_BUDGET}")
                         max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens")
+                        with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
+                            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
+                            top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
+                            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                            seed = gr.Textbox("", label="Seed (blank = random)")
                         go_button = gr.Button("Run", variant="primary", elem_id="explore-run")
                 explore = run_viewer("explore")
-                go_button.click(partial(callbacks.explore, registry), [prompt, model, method, budget, max_new],
+                go_button.click(partial(callbacks.explore, registry),
+                                [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed],
                                 explore.outputs, concurrency_limit=1, concurrency_id="model")
 
             with gr.Tab("Race", id="race"):

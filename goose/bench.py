@@ -91,6 +91,7 @@ class BenchSettings:
     max_new_tokens: int = 128
     model: str | None = None
     threads: int = 2
+    temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
 
 
 # --- suites -----------------------------------------------------------------------------------------------------
@@ -198,15 +199,17 @@ class ForwardCounter:
 
 
 def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
-                     budget: int | None) -> BenchRun:
-    """One greedy generation with a Goose method, timed by the library itself."""
-    run = generate(goose_model, text, method, max_new_tokens, budget)
+                     budget: int | None, temperature: float = 0.0) -> BenchRun:
+    """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
+    run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
+                   seed=sum(map(ord, prompt.id)) if temperature else None)
     return BenchRun(prompt.id, prompt.category, method, len(run.prompt_tokens), list(run.tokens), run.text,
                     asdict(run.totals), [step.accepted_length for step in run.steps],
                     "auto" if run.config.get("auto_budget") else run.config["budget"])
 
 
-def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_tokens: int) -> BenchRun:
+def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_tokens: int,
+               temperature: float = 0.0) -> BenchRun:
     """transformers' prompt lookup decoding, timed the same way (wall time includes the prefill).
 
     Its forward passes are counted with a hook, so tau is known too; the
@@ -218,7 +221,8 @@ def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_
     with ForwardCounter(goose_model.model) as counter, torch.inference_mode():
         start = time.perf_counter()
         output = goose_model.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                            max_new_tokens=max_new_tokens, do_sample=False,
+                                            max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                                            **({"temperature": temperature, "top_k": 0} if temperature else {}),
                                             prompt_lookup_num_tokens=HF_PLD_TOKENS, eos_token_id=eos,
                                             pad_token_id=goose_model.tokenizer.pad_token_id)
         wall = time.perf_counter() - start
@@ -233,12 +237,12 @@ def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_
 
 
 def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
-            budget: int | None) -> BenchRun:
+            budget: int | None, temperature: float = 0.0) -> BenchRun:
     """One prompt x method, whichever implementation the method lives in."""
     text = format_prompt(goose_model.tokenizer, prompt)
     if method == HF_PLD:
-        return run_hf_pld(goose_model, prompt, text, max_new_tokens)
-    return run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget)
+        return run_hf_pld(goose_model, prompt, text, max_new_tokens, temperature)
+    return run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature)
 
 
 def mark_lossless(runs: Iterable[BenchRun]) -> None:
@@ -465,23 +469,27 @@ def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, 
             "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds")}
 
 
-def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None) -> None:
+def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
+            temperature: float = 0.0) -> None:
     """One short untimed generation per method, so that no timed run pays for first-call set-up."""
     for method in methods:
-        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget)
+        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature)
 
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
-               budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None) -> list[BenchRun]:
-    """Every method in turn on one prompt (the interleaving), each checked against autoregressive."""
+               budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
+               temperature: float = 0.0) -> list[BenchRun]:
+    """Every method in turn on one prompt (the interleaving), each checked against autoregressive
+    (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""
     runs = []
     for method in methods:
         cpu_start = time.process_time()
-        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget))
+        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget, temperature))
         runs[-1].cpu_s = time.process_time() - cpu_start
         runs[-1].load_average = os.getloadavg()[0]
         on_run(runs[-1])
-    mark_lossless(runs)
+    if not temperature:
+        mark_lossless(runs)
     return runs
 
 
@@ -520,7 +528,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     runs_path.write_text("", encoding="utf-8")
     meta = machine_info(goose_model, settings)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    warm_up(goose_model, prompts[0], methods, settings.budget)
+    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature)
 
     runs: list[BenchRun] = []
     with tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress) as bar:
@@ -529,7 +537,8 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
             bar.update()
 
         for prompt in prompts:
-            prompt_runs = run_prompt(goose_model, prompt, methods, settings.max_new_tokens, settings.budget, advance)
+            prompt_runs = run_prompt(goose_model, prompt, methods, settings.max_new_tokens, settings.budget, advance,
+                                     settings.temperature)
             append_runs(runs_path, prompt_runs)
             runs.extend(prompt_runs)
     meta["load_average_end"] = os.getloadavg()

@@ -45,7 +45,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
-                             max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads)
+                             max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads,
+                             temperature=args.temperature)
     out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
     summaries, meta = run_bench(settings, out_dir)
     print(format_table(summaries))
@@ -83,6 +84,9 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     bench.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    bench.add_argument("--temperature", type=float, default=0.0,
+                       help="0 = greedy (default, lossless check against autoregressive); above, every method "
+                            "samples with a per-prompt seed")
     bench.add_argument("--out", default=None, help="output folder (default: bench-out/<suite>-<timestamp>)")
     bench.set_defaults(handler=_bench)
     report = commands.add_parser("bench-report", help="rebuild summary.csv and report.html of a benchmark folder "

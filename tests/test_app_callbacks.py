@@ -53,6 +53,16 @@ def test_explore_streams_then_shows_text_tree_and_download(registry: ModelRegist
     assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
 
 
+def test_explore_samples_with_a_seed_and_explains_acceptance(registry: ModelRegistry) -> None:
+    first = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, 0.9, 0, 0.95, "5"))
+    again = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, 0.9, 0, 0.95, "5"))
+    run = first[2]
+    assert run.sampling["temperature"] == 0.9 and run.tokens == again[2].tokens
+    assert "accept probability" in html.unescape(first[4])
+    with pytest.raises(gr.Error, match="seed must be a whole number"):
+        next(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, 0.9, 0, 0.95, "abc"))
+
+
 def test_token_spans_cover_every_generated_token(run: goose.RunRecord, registry: ModelRegistry) -> None:
     spans = callbacks.token_spans(run)
     assert len(spans) == len(run.tokens)

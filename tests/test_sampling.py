@@ -17,10 +17,10 @@ import string
 import pytest
 import torch
 from scipy.stats import chi2
+from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose.sampling import Sampling, choose_child
-from tiny import tiny_gemma3, tiny_llama
 
 DRAWS = 800
 LENGTH = 3
@@ -151,8 +151,12 @@ def test_temperature_zero_is_greedy():
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(0.7, 0, 1.0), (1.3, 5, 1.0), (1.0, 0, 0.8), (0.5, 20, 0.6)])
 def test_warp_matches_transformers_warpers(temperature, top_k, top_p):
-    from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
-                                                        TopKLogitsWarper, TopPLogitsWarper)
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     logits = torch.randn(3, 200, generator=torch.Generator().manual_seed(0)) * 3
     warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)]
