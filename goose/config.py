@@ -72,10 +72,10 @@ class GooseConfig:
         if self.max_chain < 1 or self.max_extended_chain < self.max_chain:
             raise ValueError("max_extended_chain must be at least max_chain >= 1")
 
-    def grown_budget(self, confidence: float) -> int:
-        """The budget of one step: B, grown towards B * max_budget / 60 with confidence."""
+    def grown_budget(self, confidence: float, budget: int | None = None) -> int:
+        """The budget of one step: B (or `budget`), grown towards B * max_budget / 60 with confidence."""
         growth = max(0.0, self.max_budget / PAPER_BUDGET - 1.0)
-        return max(1, int(round(self.budget * (1.0 + growth * confidence))))
+        return max(1, int(round((budget or self.budget) * (1.0 + growth * confidence))))
 
     def spine_ratio(self, spine_acceptance: float) -> float:
         """The spine's share of the budget from the recent spine acceptance (§1, step 1)."""

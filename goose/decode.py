@@ -43,7 +43,6 @@ class DraftState:
 
     anchor: int
     before_anchor: int | None
-    matcher: ContextMatcher
     adjacency: AdjacencyTable | None
     config: GooseConfig
     spine_acceptance: float
@@ -55,7 +54,7 @@ def draft(method: str, state: DraftState, base_budget: int) -> tuple[DraftTree, 
     if method == "autoregressive":
         return DraftTree.rooted_at(state.anchor), 1
     match = state.match
-    budget = state.config.with_overrides(budget=base_budget).grown_budget(match.confidence)  # same for every tree
+    budget = state.config.grown_budget(match.confidence, base_budget)  # the same for every tree method
     if method == "pld":
         tree = build_chain_tree(state.anchor, match, budget)
     elif method == "recycling":
@@ -180,7 +179,7 @@ class Generation:
             t0 = time.perf_counter()
             match = matcher.match() if method != "autoregressive" else ContextMatch()
             match.tokens = match.tokens[:max(0, run.max_new_tokens - len(run.tokens) - 1)]
-            state = DraftState(anchor, before_anchor, matcher, adjacency, config, spine_acceptance, match)
+            state = DraftState(anchor, before_anchor, adjacency, config, spine_acceptance, match)
             tree, budget = draft(method, state, tuner.best() if tuner else config.budget)
             t1 = time.perf_counter()
             hidden = verifier.forward_tree(tree)
