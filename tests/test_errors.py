@@ -50,7 +50,10 @@ def test_errors_change_nothing(tiny):
 
 
 def test_unknown_model_while_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(goose.ModelLoadError, match="cannot load model 'no-such-org/no-such-model'"):
         goose.load_model("no-such-org/no-such-model", device="cpu")
