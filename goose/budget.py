@@ -58,7 +58,7 @@ def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int =
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(vocab, (prefix,), generator=generator).tolist()
     verifier.forward_chain(tokens)
-    verifier.prefix_length = prefix
+    verifier.truncate(prefix)
     costs = {}
     for n in [sizes[0], *sizes]:  # the first size twice: the first pass warms up
         chain = torch.randint(vocab, (n,), generator=generator).tolist()
@@ -69,10 +69,7 @@ def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int =
             if goose_model.model.device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
-            verifier.commit([0])
-            verifier.prefix_length -= 1  # keep the prefix length fixed
-            for layer in verifier.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, :prefix], layer.values[:, :, :prefix]
+            verifier.truncate(prefix)  # the same prefix for every measurement
         costs[n] = sorted(times)[len(times) // 2]
     return costs
 

@@ -167,7 +167,7 @@ class Generation:
         if adjacency is not None:
             adjacency.refresh(prompt, [None, *prompt[:-1]], top.indices, top.values)
         first = argmax[-1] if logits is None else choose_child(sampling.warp(logits[-1]), [], generator)[1]
-        verifier.prefix_length = len(prompt)
+        verifier.truncate(len(prompt))  # the whole prompt is committed
         run.totals.prefill_s = time.perf_counter() - start
         run.totals.forward_passes = 1
         if self._commit([first], start):

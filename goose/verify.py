@@ -123,13 +123,17 @@ class Verifier:
     @torch.inference_mode()
     def commit(self, path: list[int]) -> None:
         """Keep the prefix plus the `path` nodes (root first) of the nodes just appended; drop the rest."""
-        keep = torch.tensor(path) + self.prefix_length
-        end = self.prefix_length + len(path)
-        for layer in self.cache.layers:
-            if path != list(range(len(path))):  # the path is not already in place
+        if path != list(range(len(path))):  # the path is not already in place: gather it there
+            keep = torch.tensor(path) + self.prefix_length
+            end = self.prefix_length + len(path)
+            for layer in self.cache.layers:
                 index = keep.to(layer.keys.device)
                 layer.keys[:, :, self.prefix_length:end] = layer.keys.index_select(2, index)
                 layer.values[:, :, self.prefix_length:end] = layer.values.index_select(2, index)
-            layer.keys = layer.keys[:, :, :end]
-            layer.values = layer.values[:, :, :end]
-        self.prefix_length = end
+        self.truncate(self.prefix_length + len(path))
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` cached positions as the committed prefix."""
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, :length], layer.values[:, :, :length]
+        self.prefix_length = length
