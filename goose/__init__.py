@@ -1,13 +1,14 @@
 """Goose: training-free speculative decoding with anisotropic (spine) speculation trees."""
 
 from goose.config import GooseConfig
-from goose.decode import METHODS, Generation, generate, stream
+from goose.decode import Generation, generate, stream
+from goose.drafters import METHODS, Drafter, DraftState
 from goose.model import DEFAULT_MODEL, GooseModel, ModelLoadError, load_model
 from goose.sampling import Sampling
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import DraftTree
 from goose.verify import UnsupportedModelError
 
-__all__ = ["DEFAULT_MODEL", "METHODS", "DraftTree", "Generation", "GooseConfig", "GooseModel", "ModelLoadError",
-           "NodeRecord", "RunRecord", "Sampling", "StepRecord", "UnsupportedModelError", "generate", "load_model",
-           "stream"]
+__all__ = ["DEFAULT_MODEL", "METHODS", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
+           "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "Sampling", "StepRecord",
+           "UnsupportedModelError", "generate", "load_model", "stream"]

@@ -1,10 +1,11 @@
-"""One decoding loop for every method; the methods differ only in how they draft.
+"""One decoding loop for every method; the methods differ only in how they draft (goose.drafters).
 
 State carried across steps (DESIGN.md §1): the KV cache of every committed
 token but the last; the anchor (the last committed token, the tree root); the
 token before it. Each step drafts a tree, verifies it in one forward pass,
-walks it, keeps the accepted path in the cache and commits the accepted tokens
-plus one bonus token.
+walks it (goose.walk), keeps the accepted path in the cache, commits the
+accepted tokens plus one bonus token, and lets the drafter and the sources
+learn from what the step revealed.
 """
 
 from __future__ import annotations
@@ -18,97 +19,15 @@ import torch
 
 from goose.budget import tuner_for
 from goose.config import GooseConfig
+from goose.drafters import METHODS, Drafter, DraftState
 from goose.head import make_head
 from goose.model import GooseModel
-from goose.sampling import Sampling, Verdict, choose_child
+from goose.sampling import Sampling
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
 from goose.trace import NodeRecord, RunRecord, StepRecord
-from goose.tree import (
-    ROOT,
-    SPINE,
-    DraftTree,
-    build_balanced_tree,
-    build_chain_tree,
-    build_goose_tree,
-    build_recycling_tree,
-)
+from goose.tree import ROOT, DraftTree
 from goose.verify import Verifier
-
-METHODS = ("autoregressive", "pld", "recycling", "balanced", "goose")
-
-
-@dataclass
-class DraftState:
-    """What a drafter may look at: the sources and the decoding state."""
-
-    anchor: int
-    before_anchor: int | None
-    adjacency: AdjacencyTable | None
-    config: GooseConfig
-    spine_acceptance: float
-    match: ContextMatch  # this step's context match, already cut to what can still be generated
-
-
-def draft(method: str, state: DraftState, base_budget: int) -> tuple[DraftTree, int]:
-    """The one place where the methods differ. Returns the tree and the step's node budget."""
-    if method == "autoregressive":
-        return DraftTree.rooted_at(state.anchor), 1
-    match = state.match
-    budget = state.config.grown_budget(match.confidence, base_budget)  # the same for every tree method
-    if method == "pld":
-        tree = build_chain_tree(state.anchor, match, budget)
-    elif method == "recycling":
-        tree = build_recycling_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
-    elif method == "balanced":
-        tree = build_balanced_tree(state.anchor, state.before_anchor, state.adjacency, state.config, budget)
-    else:
-        tree = build_goose_tree(state.anchor, state.before_anchor, match, state.adjacency, state.config, budget,
-                                state.spine_acceptance)
-    return tree, budget
-
-
-def uses_adjacency(method: str) -> bool:
-    return method in ("recycling", "balanced", "goose")
-
-
-def walk_greedy(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int, dict[int, Verdict]]:
-    """Follow the child equal to the target's argmax at its parent; the argmax where it stops is the bonus.
-
-    Returns (accepted nodes, root excluded; bonus token; verdict per child of a visited node).
-    """
-    verdicts: dict[int, Verdict] = {}
-    accepted: list[int] = []
-    node = 0
-    while True:
-        target = argmax[node]
-        for child in tree.child_list(node):
-            verdicts[child] = (Verdict("accepted", None, "") if tree.tokens[child] == target else
-                               Verdict("rejected", None, "the target model predicted another token here"))
-        child = tree.children[node].get(target)
-        if child is None:
-            return accepted, target, verdicts
-        accepted.append(child)
-        node = child
-
-
-def walk_sampling(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator
-                  ) -> tuple[list[int], int, list[int | None], dict[int, Verdict]]:
-    """Lossless sampling walk (goose.sampling): returns (accepted, bonus, the token chosen after each
-    visited node, verdict per tried node)."""
-    chosen: list[int | None] = [None] * len(tree)
-    verdicts: dict[int, Verdict] = {}
-    accepted: list[int] = []
-    node = 0
-    while True:
-        children = [(c, tree.tokens[c]) for c in tree.child_list(node)]
-        child, bonus, tried = choose_child(sampling.warp(logits[node]), children, generator)
-        verdicts.update(tried)
-        if child is None:
-            chosen[node] = bonus
-            return accepted, bonus, chosen, verdicts
-        chosen[node] = tree.tokens[child]
-        accepted.append(child)
-        node = child
+from goose.walk import Verification, make_walker
 
 
 def resolve_stops(stop: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -130,114 +49,109 @@ class Generation:
 
     def __init__(self, goose_model: GooseModel, request: Request) -> None:
         self.goose_model = goose_model
-        self.method, self.config, self.sampling, self.stop = (request.method, request.config, request.sampling,
-                                                              request.stop)
+        self.config, self.stop = request.config, request.stop
         self.prompt_tokens = goose_model.encode(request.prompt)
         goose_model.check_fits(len(self.prompt_tokens), request.max_new_tokens)
         self.run = RunRecord(prompt=request.prompt, method=request.method, model=goose_model.name,
                              config=request.config.to_dict(), sampling=request.sampling.to_dict(),
                              max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens))
         self.eos = eos_ids(goose_model)
+        drafter_class = METHODS[request.method]
+        tuner = (tuner_for(goose_model, request.method)
+                 if self.config.auto_budget and drafter_class.speculative else None)
+        self.drafter: Drafter = drafter_class(self.config, tuner)
         # Speculative methods verify with the screened LM head (the same argmax, cheaper); the
         # autoregressive baseline stays the textbook full forward.
-        self.head = make_head(goose_model.model, screened=self.method != "autoregressive")
+        self.walker = make_walker(make_head(goose_model.model, screened=drafter_class.speculative),
+                                  request.sampling)
+        self.verifier = Verifier(goose_model.model)
+        self.matcher = ContextMatcher(self.config.ngram_lengths, self.config.max_chain, self.config.long_match,
+                                      self.config.extend_above, self.config.max_extended_chain)
+        self.adjacency = (AdjacencyTable(goose_model.vocab_size, self.config.top_k, self.config.min_score,
+                                         self.config.use_bigram) if drafter_class.uses_adjacency else None)
+        self.drafted: Counter = Counter()
+        self.accepted_by_source: Counter = Counter()
 
     def __iter__(self) -> Iterator[StepRecord]:
         return self._steps()
 
     @torch.inference_mode()
     def _steps(self) -> Iterator[StepRecord]:
-        run, config, sampling, method = self.run, self.config, self.sampling, self.method
-        verifier = Verifier(self.goose_model.model)
-        matcher = ContextMatcher(config.ngram_lengths, config.max_chain, config.long_match, config.extend_above,
-                                 config.max_extended_chain)
-        adjacency = (AdjacencyTable(self.goose_model.vocab_size, config.top_k, config.min_score, config.use_bigram)
-                     if uses_adjacency(method) else None)
-        generator = None if sampling.greedy else sampling.generator()
-        tuner = tuner_for(self.goose_model, method) if config.auto_budget and method != "autoregressive" else None
-        drafted: Counter = Counter()
-        accepted_by_source: Counter = Counter()
-        spine_acceptance = config.ema_start
-
-        start = time.perf_counter()
-        prompt = list(self.prompt_tokens)
-        matcher.extend(prompt)
-        hidden = verifier.forward_chain(prompt)
-        argmax, logits, top = self._verify_rows(hidden if adjacency else hidden[-1:], adjacency)
-        if adjacency is not None:
-            adjacency.refresh(prompt, [None, *prompt[:-1]], top.indices, top.values)
-        first = argmax[-1] if logits is None else choose_child(sampling.warp(logits[-1]), [], generator)[1]
-        verifier.truncate(len(prompt))  # the whole prompt is committed
-        run.totals.prefill_s = time.perf_counter() - start
-        run.totals.forward_passes = 1
-        if self._commit([first], start):
+        """Prefill, then per step: draft -> verify -> walk -> commit -> observe -> record."""
+        self._start = time.perf_counter()
+        first = self._prefill()
+        if self._commit([first]):
             return
-        matcher.extend([first])
-        anchor, before_anchor = first, prompt[-1]
-
+        anchor, before_anchor = first, self.prompt_tokens[-1]
         while True:
             t0 = time.perf_counter()
-            match = matcher.match() if method != "autoregressive" else ContextMatch()
-            match.tokens = match.tokens[:max(0, run.max_new_tokens - len(run.tokens) - 1)]
-            state = DraftState(anchor, before_anchor, adjacency, config, spine_acceptance, match)
-            tree, budget = draft(method, state, tuner.best() if tuner else config.budget)
+            state = self._draft_state(anchor, before_anchor)
+            tree, budget = self.drafter.draft(state)
             t1 = time.perf_counter()
-            hidden = verifier.forward_tree(tree)
-            previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
-            targets, logits, top = self._verify_rows(hidden, adjacency)
-            if logits is None:
-                accepted, bonus, verdicts = walk_greedy(tree, targets)
-            else:
-                accepted, bonus, targets, verdicts = walk_sampling(tree, logits, sampling, generator)
-            verifier.commit([0, *accepted])
-            if tuner is not None and sampling.greedy:  # before the adjacency refresh: the state it drafted from
-                revealed = [tree.tokens[n] for n in accepted] + [bonus]
-                tuner.observe({n: draft(method, state, n)[0] for n in tuner.costs}, revealed)
-            if adjacency is not None:
-                adjacency.refresh(tree.tokens, previous, top.indices, top.values)
+            verification = self._verify(tree)
+            new_tokens = verification.new_tokens(tree)
+            before = len(self.run.tokens)
+            done = self._commit(new_tokens, tree, verification)
+            self._observe(state, tree, verification)
             t2 = time.perf_counter()
-
-            for node in range(1, len(tree)):
-                drafted[tree.sources[node]] += 1
-            for node in accepted:
-                accepted_by_source[tree.sources[node]] += 1
-            spine = [n for n in range(1, len(tree)) if tree.sources[n] == SPINE]
-            if spine and method == "goose":
-                rate = sum(tree.sources[n] == SPINE for n in accepted) / len(spine)
-                spine_acceptance = (1 - config.ema_alpha) * spine_acceptance + config.ema_alpha * rate
-
-            new_tokens = [tree.tokens[n] for n in accepted] + [bonus]
-            before = len(run.tokens)
-            run.totals.forward_passes += 1
-            done = self._commit(new_tokens, start)
-            run.totals.drafted, run.totals.accepted = dict(drafted), dict(accepted_by_source)
-            step = self._record(len(run.steps), tree, accepted, bonus, targets, verdicts,
-                                run.tokens[before:], t1 - t0, t2 - t1, budget)
-            run.steps.append(step)
+            step = self._record(tree, verification, self.run.tokens[before:], t1 - t0, t2 - t1, budget)
+            self.run.steps.append(step)
             yield step
             if done:
                 return
-            matcher.extend(new_tokens)
             path = [anchor, *new_tokens]
             anchor, before_anchor = path[-1], path[-2]
 
-    def _verify_rows(self, hidden: torch.Tensor, adjacency: AdjacencyTable | None):
-        """Apply the LM head to verified rows: (exact argmax per row, None, top-k) when greedy,
-        (None, exact float32 logits, top-k) when sampling; top-k (for the adjacency table) is None
-        when no table is kept."""
-        top_k = adjacency.top_k if adjacency is not None else 0
-        if self.sampling.greedy:
-            argmax, top = self.head.greedy(hidden, top_k)
-            return argmax.tolist(), None, top
-        logits = self.head.logits(hidden)
-        return None, logits, torch.topk(logits, top_k, dim=-1) if top_k else None
+    def _prefill(self) -> int:
+        """One pass over the whole prompt: the first new token; every prompt row refreshes the adjacency table."""
+        prompt = self.prompt_tokens
+        self.matcher.extend(prompt)
+        hidden = self.verifier.forward_chain(prompt)
+        rows = hidden if self.adjacency is not None else hidden[-1:]
+        first, top = self.walker.first_token(rows, self._top_k)
+        if self.adjacency is not None:
+            self.adjacency.refresh(prompt, [None, *prompt[:-1]], top.indices, top.values)
+        self.verifier.truncate(len(prompt))  # the whole prompt is committed
+        self.run.totals.prefill_s = time.perf_counter() - self._start
+        self.run.totals.forward_passes = 1
+        return first
 
-    def _commit(self, new_tokens: list[int], start: float) -> bool:
-        """Append tokens, applying EOS, max_new_tokens and stop strings; True when the run is over."""
+    @property
+    def _top_k(self) -> int:
+        """Successors per row the adjacency table wants from each pass (0: no table)."""
+        return self.adjacency.top_k if self.adjacency is not None else 0
+
+    def _draft_state(self, anchor: int, before_anchor: int) -> DraftState:
+        """The sources at this step, as the drafter sees them."""
+        match = self.matcher.match() if self.drafter.uses_context else ContextMatch()
+        match.tokens = match.tokens[:max(0, self.run.max_new_tokens - len(self.run.tokens) - 1)]
+        return DraftState(anchor, before_anchor, match, self.adjacency, self.drafter.spine_acceptance)
+
+    def _verify(self, tree: DraftTree) -> Verification:
+        """One forward pass over the tree, the walk, and the accepted path kept in the KV cache."""
+        hidden = self.verifier.forward_tree(tree)
+        verification = self.walker.walk(tree, hidden, self._top_k)
+        self.verifier.commit([0, *verification.accepted])
+        return verification
+
+    def _observe(self, state: DraftState, tree: DraftTree, verification: Verification) -> None:
+        """The drafter learns from the step (before the sources change: it rescores the state it drafted
+        from), then every row's successors are recycled into the adjacency table, rejected nodes too."""
+        self.drafter.observe(state, tree, verification.accepted,
+                             verification.new_tokens(tree) if self.walker.greedy else None)
+        if self.adjacency is not None:
+            previous = [tree.tokens[p] if p >= 0 else state.before_anchor for p in tree.parents]
+            self.adjacency.refresh(tree.tokens, previous, verification.top.indices, verification.top.values)
+
+    def _commit(self, new_tokens: list[int], tree: DraftTree | None = None,
+                verification: Verification | None = None) -> bool:
+        """Append tokens (EOS, max_new_tokens and stop strings applied) and update the totals;
+        True when the run is over. `tree` and `verification` are None for the prefill's token."""
         run = self.run
         reason = ""
         for token in new_tokens:
             run.tokens.append(token)
+            self.matcher.extend([token])
             if token in self.eos:
                 reason = "eos"
                 break
@@ -250,29 +164,35 @@ class Generation:
             if cut >= 0:
                 text, reason = text[:cut], "stop_string"
         run.text = text
+        run.stop_reason = reason
         totals = run.totals
+        if tree is not None:
+            totals.forward_passes += 1
+            self.drafted.update(tree.sources[1:])
+            self.accepted_by_source.update(tree.sources[n] for n in verification.accepted)
+            totals.drafted, totals.accepted = dict(self.drafted), dict(self.accepted_by_source)
         totals.new_tokens = len(run.tokens)
-        totals.wall_s = time.perf_counter() - start
+        totals.wall_s = time.perf_counter() - self._start
         totals.tau = totals.new_tokens / totals.forward_passes
         totals.tokens_per_s = totals.new_tokens / totals.wall_s if totals.wall_s > 0 else 0.0
-        run.stop_reason = reason
         return bool(reason)
 
-    def _record(self, index: int, tree: DraftTree, accepted: list[int], bonus: int, targets: list[int | None],
-                verdicts: dict[int, Verdict], committed: list[int], draft_s: float, verify_s: float,
-                budget: int) -> StepRecord:
-        texts = self.goose_model.token_texts(tree.tokens + [bonus])
+    def _record(self, tree: DraftTree, verification: Verification, committed: list[int], draft_s: float,
+                verify_s: float, budget: int) -> StepRecord:
+        """The step as the trace keeps it: every node with its text, source, status and the target's choice."""
+        texts = self.goose_model.token_texts(tree.tokens + [verification.bonus])
         nodes = []
         for i in range(len(tree)):
-            verdict = verdicts.get(i)
+            verdict = verification.verdicts.get(i)
             status = ROOT if i == 0 else verdict.status if verdict else "unvisited"
             nodes.append(NodeRecord(token=tree.tokens[i], text=texts[i], source=tree.sources[i],
                                     parent=tree.parents[i], depth=tree.depths[i], score=tree.scores[i],
-                                    target=targets[i], status=status,
+                                    target=verification.targets[i], status=status,
                                     accept_prob=verdict.accept_prob if verdict else None,
                                     reason=verdict.reason if verdict else ""))
-        return StepRecord(index=index, nodes=nodes, accepted=accepted, bonus_token=bonus, bonus_text=texts[-1],
-                          committed=committed, draft_s=draft_s, verify_s=verify_s, budget=budget)
+        return StepRecord(index=len(self.run.steps), nodes=nodes, accepted=verification.accepted,
+                          bonus_token=verification.bonus, bonus_text=texts[-1], committed=committed,
+                          draft_s=draft_s, verify_s=verify_s, budget=budget)
 
 
 @dataclass(frozen=True)

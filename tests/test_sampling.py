@@ -87,7 +87,7 @@ def chi_square_p_value(counts: dict[tuple[int, ...], int], expected: dict[tuple[
 
 
 @pytest.mark.parametrize("case", MAKERS)
-@pytest.mark.parametrize("method", goose.METHODS)
+@pytest.mark.parametrize("method", list(goose.METHODS))
 def test_speculative_sampling_matches_ordinary_sampling(case, method):
     counts: dict[tuple[int, ...], int] = {}
     accepted = rejected = 0
@@ -120,7 +120,7 @@ def test_the_test_catches_a_biased_sampler(monkeypatch):
             biased[token] = 0.0
         return None, int(torch.multinomial(biased / biased.sum(), 1, generator=generator)), {}
 
-    monkeypatch.setattr("goose.decode.choose_child", eager)
+    monkeypatch.setattr("goose.walk.choose_child", eager)
     case = "llama"
     counts: dict[tuple[int, ...], int] = {}
     for draw in range(DRAWS):

@@ -1,0 +1,174 @@
+"""How each method drafts: one small class per method behind one interface.
+
+The decoding loop (goose.decode) knows a method only through its drafter:
+`draft(state)` turns the sources' state at one step into a tree and its node
+budget; `observe(...)` sees the verified step and updates whatever the drafter
+learns from it (the spine-acceptance EMA of §1 step 1, the budget tuner).
+`METHODS` is the registry: the loop, the CLI, the bench and the app list the
+methods from it, so adding a method is one registered class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from goose.budget import BudgetTuner
+from goose.config import GooseConfig
+from goose.sources import ContextMatch
+from goose.tree import (
+    SPINE,
+    DraftTree,
+    build_balanced_tree,
+    build_chain_tree,
+    build_goose_tree,
+    build_recycling_tree,
+)
+
+
+class Successors(Protocol):
+    """What a builder reads of the adjacency table (a live AdjacencyTable, or a recorded copy of its rows)."""
+
+    def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]: ...
+
+
+@dataclass
+class DraftState:
+    """What a drafter may look at when it drafts one step.
+
+    anchor:           the last committed token, the tree's root.
+    before_anchor:    the token before it (the bigram tier's key); None at the very start.
+    match:            this step's context match, already cut to what can still be generated.
+    adjacency:        the adjacency table, or None for methods that keep none.
+    spine_acceptance: the drafter's EMA of recent spine acceptance (only the spine tree reads it).
+    """
+
+    anchor: int
+    before_anchor: int | None
+    match: ContextMatch
+    adjacency: Successors | None
+    spine_acceptance: float
+
+
+class Drafter:
+    """One method's drafting strategy. Subclasses set `name` and implement `build`.
+
+    uses_context:   the loop queries the context matcher for this method.
+    uses_adjacency: the loop keeps and refreshes an adjacency table for it.
+    speculative:    False for the baseline that drafts nothing (no budget tuner either).
+    """
+
+    name: ClassVar[str]
+    uses_context: ClassVar[bool] = True
+    uses_adjacency: ClassVar[bool] = False
+    speculative: ClassVar[bool] = True
+
+    def __init__(self, config: GooseConfig, tuner: BudgetTuner | None = None) -> None:
+        self.config = config
+        self.tuner = tuner
+        self.spine_acceptance = config.ema_start
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        """The tree of at most `budget` nodes (root included) this method drafts from `state`."""
+        raise NotImplementedError
+
+    def budget(self, state: DraftState, base: int | None = None) -> int:
+        """This step's node budget: the base budget (the tuner's pick, or the configured one),
+        grown with the match's confidence — the same for every tree method."""
+        if base is None:
+            base = self.tuner.best() if self.tuner is not None else self.config.budget
+        return self.config.grown_budget(state.match.confidence, base)
+
+    def draft(self, state: DraftState) -> tuple[DraftTree, int]:
+        """The step's tree and its node budget."""
+        budget = self.budget(state)
+        return self.build(state, budget), budget
+
+    def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
+                revealed: Sequence[int] | None) -> None:
+        """Learn from the verified step. `accepted`: accepted nodes (root excluded); `revealed`: the
+        target's greedy continuation the step revealed (accepted tokens + bonus), None when sampling.
+
+        The tuner scores the tree every candidate budget would have built from the same state
+        against the revealed continuation (greedy only: a sampled step reveals a draw, not g)."""
+        if self.tuner is not None and revealed is not None:
+            self.tuner.observe({n: self.build(state, self.budget(state, n)) for n in self.tuner.costs}, revealed)
+
+
+METHODS: dict[str, type[Drafter]] = {}
+
+
+def register(drafter: type[Drafter]) -> type[Drafter]:
+    """Add a drafter to `METHODS` under its name (a class decorator)."""
+    METHODS[drafter.name] = drafter
+    return drafter
+
+
+@register
+class Autoregressive(Drafter):
+    """The baseline: no draft, the root alone; one token per forward pass."""
+
+    name = "autoregressive"
+    uses_context = False
+    speculative = False
+
+    def budget(self, state: DraftState, base: int | None = None) -> int:
+        return 1
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        return DraftTree.rooted_at(state.anchor)
+
+
+@register
+class PromptLookup(Drafter):
+    """The context chain alone (prompt lookup decoding)."""
+
+    name = "pld"
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        return build_chain_tree(state.anchor, state.match, budget)
+
+
+@register
+class Recycling(Drafter):
+    """The adjacency tree alone (Token Recycling)."""
+
+    name = "recycling"
+    uses_adjacency = True
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        return build_recycling_tree(state.anchor, state.before_anchor, state.adjacency, self.config, budget)
+
+
+@register
+class Balanced(Drafter):
+    """The isotropic control: a k-ary adjacency tree under the same budget."""
+
+    name = "balanced"
+    uses_adjacency = True
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        return build_balanced_tree(state.anchor, state.before_anchor, state.adjacency, self.config, budget)
+
+
+@register
+class SpineTree(Drafter):
+    """Goose: the context chain as a deep spine, adjacency branches off the root and every spine node."""
+
+    name = "goose"
+    uses_adjacency = True
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        return build_goose_tree(state.anchor, state.before_anchor, state.match, state.adjacency, self.config,
+                                budget, state.spine_acceptance)
+
+    def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
+                revealed: Sequence[int] | None) -> None:
+        """The tuner, then §1 step 1's EMA of the share of spine nodes accepted (steps with a spine only)."""
+        super().observe(state, tree, accepted, revealed)
+        spine = sum(source == SPINE for source in tree.sources)
+        if spine:
+            rate = sum(tree.sources[n] == SPINE for n in accepted) / spine
+            alpha = self.config.ema_alpha
+            self.spine_acceptance = (1 - alpha) * self.spine_acceptance + alpha * rate
