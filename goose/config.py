@@ -33,6 +33,8 @@ class GooseConfig:
     ema_alpha:         smoothing of the spine-acceptance EMA.
     ema_start:         its starting value.
     spine_tiers:       spine ratio for EMA < 0.2, < 0.4, else.
+    spine_share:       a fixed base spine ratio r instead of the EMA tier (None: the paper's tiers);
+                       confidence still grows it to r + confidence * (1 - r).
     spine_branch_share: rho, the share of the branch budget hung off the spine.
     max_branch_depth:  depth at which branch growth stops.
     branching:         k of the balanced (isotropic) control tree.
@@ -52,6 +54,7 @@ class GooseConfig:
     ema_alpha: float = 0.3
     ema_start: float = 0.5
     spine_tiers: tuple[float, float, float] = (0.15, 0.30, 0.50)
+    spine_share: float | None = None
     spine_branch_share: float = 0.5
     max_branch_depth: int = 6
     branching: int = 3
@@ -69,6 +72,8 @@ class GooseConfig:
             raise ValueError("min_score is a probability below 1")
         if not 0.0 <= self.spine_branch_share <= 1.0 or not 0.0 <= self.ema_alpha <= 1.0:
             raise ValueError("spine_branch_share and ema_alpha lie in [0, 1]")
+        if self.spine_share is not None and not 0.0 <= self.spine_share <= 1.0:
+            raise ValueError(f"spine_share lies in [0, 1] (or None for the paper's tiers), got {self.spine_share!r}")
         if self.max_chain < 1 or self.max_extended_chain < self.max_chain:
             raise ValueError("max_extended_chain must be at least max_chain >= 1")
 
@@ -78,7 +83,9 @@ class GooseConfig:
         return max(1, int(round((budget or self.budget) * (1.0 + growth * confidence))))
 
     def spine_ratio(self, spine_acceptance: float) -> float:
-        """The spine's share of the budget from the recent spine acceptance (§1, step 1)."""
+        """The spine's share of the budget from the recent spine acceptance (§1, step 1), unless fixed."""
+        if self.spine_share is not None:
+            return self.spine_share
         low, mid, high = self.spine_tiers
         if spine_acceptance < 0.2:
             return low

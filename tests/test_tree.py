@@ -101,6 +101,17 @@ def test_spine_gets_the_share_its_ratio_allows():
     assert len(tree) == len(low) == 60, "a full adjacency table fills the budget"
 
 
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.8])
+def test_a_fixed_spine_share_replaces_the_ema_tiers(share):
+    table, match = random_table(0), random_match(1, 40, 0.3)
+    fixed = GooseConfig(spine_share=share)
+    for ema in (0.05, 0.9):  # the EMA no longer matters
+        tree = build_goose_tree(1, None, match, table, fixed, 60, spine_acceptance=ema)
+        assert len(spine_nodes(tree)) == int(60 * (share + 0.3 * (1 - share)))
+    with pytest.raises(ValueError, match="spine_share"):
+        GooseConfig(spine_share=1.5)
+
+
 def test_full_confidence_is_one_long_chain():
     tree = build_goose_tree(1, None, random_match(2, 80, 1.0), random_table(0), GooseConfig(), 30, 0.5)
     assert len(spine_nodes(tree)) == 29 and len(tree) == 30 and set(tree.sources[1:]) == {SPINE}
