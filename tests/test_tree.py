@@ -103,7 +103,7 @@ def test_spine_gets_the_share_its_ratio_allows():
 
 @pytest.mark.parametrize("share", [0.0, 0.25, 0.8])
 def test_a_fixed_spine_share_replaces_the_ema_tiers(share):
-    table, match = random_table(0), random_match(1, 40, 0.3)
+    table, match = random_table(0), random_match(1, 59, 0.3)
     fixed = GooseConfig(spine_share=share)
     for ema in (0.05, 0.9):  # the EMA no longer matters
         tree = build_goose_tree(1, None, match, table, fixed, 60, spine_acceptance=ema)
