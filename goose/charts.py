@@ -55,15 +55,15 @@ def tau_chart(metrics: Sequence[MethodMetrics]) -> go.Figure:
 
 def speedup_chart(metrics: Sequence[MethodMetrics]) -> go.Figure:
     """Pooled speed-up over autoregressive (bars), the break-even line at 1, and the per-prompt speed-ups
-    (points) when a method ran more than one prompt."""
+    (dots, hover for the prompt) when a method ran more than one prompt."""
     figure = _bar(metrics, [m.speedup_pooled for m in metrics], "Speed-up over autoregressive (pooled)",
                   "× autoregressive tokens/s", ".2f")
     for m in metrics:
         if len(m.speedups) > 1:
             figure.add_trace(go.Box(x=[m.method] * len(m.speedups), y=list(m.speedups.values()),
                                     text=list(m.speedups), name=f"{m.method} per prompt", boxpoints="all",
-                                    marker_color="#111827", line_color="#111827", fillcolor="rgba(0,0,0,0)",
-                                    showlegend=False))
+                                    jitter=0.5, pointpos=0, marker={"color": "#111827", "size": 5},
+                                    line_color="rgba(0,0,0,0)", fillcolor="rgba(0,0,0,0)", showlegend=False))
             figure.update_yaxes(range=None, autorange=True)
     figure.add_hline(y=1.0, line_dash="dash", line_color=METHOD_COLOURS[BASELINE])
     return figure
@@ -82,9 +82,10 @@ def accepted_length_chart(metrics: Sequence[MethodMetrics]) -> go.Figure:
 
 
 def acceptance_chart(metrics: Sequence[MethodMetrics]) -> go.Figure:
-    """Acceptance rate (accepted / drafted) per draft source and method: the gap makes the spine tree pay."""
+    """Acceptance rate (accepted / drafted) per draft source, for the methods that drafted: the gap between
+    the sources is what makes the spine tree pay."""
     figure = go.Figure()
-    methods = [m for m in metrics if m.method != BASELINE]
+    methods = [m for m in metrics if m.method != BASELINE and m.acceptance]
     drafted = {source for m in methods for source in m.acceptance}
     sources = [s for s in SOURCE_COLOURS if s in drafted] + sorted(drafted - set(SOURCE_COLOURS))
     for source in sources:
