@@ -59,7 +59,7 @@ def speedup_chart(metrics: Sequence[MethodMetrics]) -> go.Figure:
     figure = _bar(metrics, [m.speedup_pooled for m in metrics], "Speed-up over autoregressive (pooled)",
                   "× autoregressive tokens/s", ".2f")
     for m in metrics:
-        if len(m.speedups) > 1:
+        if m.method != BASELINE and len(m.speedups) > 1:
             figure.add_trace(go.Box(x=[m.method] * len(m.speedups), y=list(m.speedups.values()),
                                     text=list(m.speedups), name=f"{m.method} per prompt", boxpoints="all",
                                     jitter=0.5, pointpos=0, marker={"color": "#111827", "size": 5},

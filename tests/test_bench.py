@@ -13,8 +13,8 @@ import pytest
 import torch
 from tiny import char_tokenizer, tiny_llama
 
-from goose import bench
-from goose.bench import BenchPrompt, BenchRun, BenchSettings
+from goose import bench, charts
+from goose.bench import BenchPrompt, BenchRun, BenchSettings, report
 from goose.bench import runner as bench_runner
 from goose.cli import build_parser
 from goose.decode import METHODS
@@ -210,6 +210,16 @@ def test_lossless_flag_catches_a_run_that_differs():
     assert [s.lossless for s in summaries] == [True, False]
     assert bench.format_table(summaries).splitlines()[2].endswith("NO")
     assert "<td>b</td>" in bench.render_report(runs, summaries, {})
+
+
+def test_report_draws_the_race_charts_then_category_and_bandwidth():
+    runs = synthetic_runs()
+    summaries = bench.summarize(runs, parameter_bytes=10**9)
+    titles = [figure.layout.title.text for figure in report.figures(runs, summaries, {})]
+    assert titles[:5] == [figure.layout.title.text for figure in charts.race_charts(summaries)]
+    assert ["per category" in titles[5], "Bandwidth" in titles[6], len(titles)] == [True, True, 7]
+    speedup = next(f for f in report.figures(runs, summaries, {}) if f.layout.title.text.startswith("Speed-up"))
+    assert sorted(speedup.data[1].y) == pytest.approx([0.5, 2.0])  # the per-prompt dots of x
 
 
 def test_sampled_runs_are_not_checked_for_losslessness():
