@@ -2,7 +2,7 @@
 
 suites: the prompts; records: one run per prompt x method (runs.jsonl); machine: the bandwidth yardstick;
 summary: goose.metrics per method (terminal table, summary.csv); report: report.html drawn with goose.charts;
-runner: runs the suite and writes all of it (the only module that imports the others' work as a whole).
+runner: runs the suite and writes all of the above. Imports flow one way, records -> summary -> report -> runner.
 """
 
 from goose.bench.machine import measure_memory_bandwidth, parameter_bytes
