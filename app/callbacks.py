@@ -20,16 +20,18 @@ import gradio as gr
 import pandas as pd
 
 import goose
-from app import charts
 from app.models import ModelRegistry, canonical_name
-from app.tree_view import BONUS_COLOUR, SOURCE_COLOURS, tree_iframe
+from app.tree_view import BONUS_COLOUR, tree_iframe
+from goose import charts, metrics
+from goose.assets import ASSETS
+from goose.charts import SOURCE_COLOURS
+from goose.config import parse_budget as parse_budget_text
 from goose.trace import RunRecord
 
 MAX_BUDGET = 512
 MAX_NEW_TOKENS = 1024
 RACE_METHODS = ("autoregressive", "balanced", "goose")
 EXTRA_RACE_METHODS = ("pld", "recycling")
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
 STREAM_INTERVAL_S = 0.15  # how often a streaming run refreshes the page
@@ -46,19 +48,11 @@ TOKEN_KINDS = {
 
 def parse_budget(value: Any) -> int | None:
     """The node budget from the budget box: None for "auto"/blank (the library's default), else 1..MAX_BUDGET."""
-    text = str(value if value is not None else "").strip().lower()
-    if text in ("", "auto"):
-        return None
     try:
-        number = float(text)
-    except ValueError:
-        raise gr.Error(f"Budget must be 'auto' or a whole number of tree nodes, got {value!r}.") from None
-    if number != int(number) or number < 1:
-        raise gr.Error(f"Budget must be a whole number of tree nodes >= 1 (the root counts), got {value!r}.")
-    if number > MAX_BUDGET:
-        raise gr.Error(f"Budget {int(number)} is too large: at most {MAX_BUDGET} nodes per tree "
-                       "(bigger trees cost more than they save on any hardware this app runs on).")
-    return int(number)
+        return parse_budget_text(value, MAX_BUDGET)
+    except ValueError as error:
+        message = str(error)
+        raise gr.Error(f"{message[:1].upper()}{message[1:]}.") from None
 
 
 def parse_max_new_tokens(value: Any) -> int:
@@ -260,27 +254,27 @@ RACE_COLUMNS = ["method", "new tokens", "forward passes", "τ", "tokens/s", "wal
                 "mean accepted", "spine acc.", "branch acc.", "same tokens as AR"]
 
 
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def race_table(runs: dict[str, RunRecord]) -> pd.DataFrame:
-    """One row of numbers per method."""
-    base = runs.get("autoregressive")
+    """One row of numbers per method, every one from goose.metrics (the bench's summary reads the same)."""
     rows = []
-    for method, run in runs.items():
-        totals = run.totals
-        up = charts.speedup(runs, method)
-        mean = sum(s.accepted_length for s in run.steps) / len(run.steps) if run.steps else 0.0
-        rates = [charts.acceptance_rate(run, source) for source in ("spine", "branch")]
-        rows.append([method, totals.new_tokens, totals.forward_passes, round(totals.tau, 2),
-                     round(totals.tokens_per_s, 1), round(totals.wall_s, 2), None if up is None else round(up, 2),
-                     round(mean, 2), *("–" if r is None else f"{r:.1%}" for r in rates),
-                     "–" if base is None else ("yes" if run.tokens == base.tokens else "NO")])
+    for m in metrics.race_metrics(runs):
+        rates = [m.acceptance.get(source) for source in ("spine", "branch")]
+        rows.append([m.method, m.new_tokens, m.forward_passes, _rounded(m.tau, 2), round(m.tokens_per_s, 1),
+                     round(m.wall_s, 2), _rounded(m.speedup_pooled, 2), _rounded(m.mean_accepted_length, 2),
+                     *("–" if r is None else f"{r:.1%}" for r in rates),
+                     "–" if m.lossless is None else ("yes" if m.lossless else "NO")])
     return pd.DataFrame(rows, columns=RACE_COLUMNS)
 
 
 def lossless_badge(runs: dict[str, RunRecord]) -> str:
     """Green when every method produced exactly the autoregressive tokens (greedy decoding is lossless)."""
-    base = runs.get("autoregressive")
-    differ = [m for m, run in runs.items() if base is not None and run.tokens != base.tokens]
-    if base is None:
+    checked = {m.method: m.lossless for m in metrics.race_metrics(runs)}
+    differ = [method for method, same in checked.items() if same is False]
+    if metrics.BASELINE not in runs:
         ok, message = False, "no autoregressive run to compare with"
     elif differ:
         ok, message = False, f"output differs from autoregressive: {', '.join(differ)}"
@@ -315,5 +309,5 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
             pass
         runs[method] = generation.run
     progress((len(methods), len(methods)), desc="drawing charts", unit="methods")
-    return (*charts.race_charts(runs), race_table(runs), lossless_badge(runs))
+    return (*charts.race_charts(metrics.race_metrics(runs)), race_table(runs), lossless_badge(runs))
 

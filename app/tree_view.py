@@ -16,9 +16,9 @@ import re
 
 from pyvis.network import Network
 
+from goose.charts import SOURCE_COLOURS
 from goose.trace import StepRecord
 
-SOURCE_COLOURS = {"root": "#4b5563", "spine": "#f59e0b", "branch": "#3b82f6"}
 BONUS_COLOUR = "#10b981"
 ACCEPTED_BORDER = "#111827"
 FADED_OPACITY = 0.28

@@ -8,16 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from goose.bench import (
-    BENCH_METHODS,
     SUITES,
     BenchSettings,
+    bench_methods,
     default_out_dir,
     format_table,
-    parse_budget,
     parse_methods,
     rebuild_results,
     run_bench,
 )
+from goose.config import parse_budget
 from goose.decode import METHODS
 
 
@@ -76,8 +76,8 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--suite", required=True, help=f"{' or '.join(SUITES)}, or a JSONL file "
                        "(Spec-Bench/FastChat form: first of `turns`; or a `prompt` field)")
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    bench.add_argument("--methods", type=_argument(parse_methods), default=BENCH_METHODS,
-                       help=f"comma-separated, from {','.join(BENCH_METHODS)} (default: all); "
+    bench.add_argument("--methods", type=_argument(parse_methods), default=bench_methods(),
+                       help=f"comma-separated, from {','.join(bench_methods())} (default: all); "
                        "autoregressive is added when missing: it is the reference")
     bench.add_argument("--budget", type=_argument(parse_budget), default=None,
                        help="tree node budget, or auto (default): the library's choice")

@@ -109,3 +109,20 @@ class GooseConfig:
     def from_dict(cls, data: dict[str, Any]) -> GooseConfig:
         data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls().with_overrides(**data)
+
+
+def parse_budget(value: Any, maximum: int | None = None) -> int | None:
+    """A node budget as typed by a person (command line, app): 'auto' or blank -> None (the library picks it
+    each step), else a whole number of tree nodes, root included, in 1..maximum."""
+    text = str(value if value is not None else "").strip().lower()
+    if text in ("", "auto"):
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"budget must be 'auto' or a whole number of tree nodes, got {value!r}") from None
+    if not number.is_integer() or number < 1:
+        raise ValueError(f"budget must be a whole number of tree nodes >= 1 (the root counts), got {value!r}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"budget {int(number)} is too large: at most {maximum} nodes per tree")
+    return int(number)

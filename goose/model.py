@@ -22,7 +22,6 @@ from goose.verify import MASK_KERNELS, UnsupportedModelError, check_attention_ke
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemma-3-270m"
-DEFAULT_MODEL_LABEL = "Gemma 3 270M (embedded, Q4_K_M GGUF -> float32)"
 _CACHE_FORMAT = "1"  # bump when the cached conversion changes
 
 

@@ -105,6 +105,11 @@ class RunRecord:
     totals: RunTotals = field(default_factory=RunTotals)
     format: str = TRACE_FORMAT
 
+    @property
+    def accepted_lengths(self) -> list[int]:
+        """Draft tokens accepted at each step (the bonus token not counted)."""
+        return [step.accepted_length for step in self.steps]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -13,9 +13,10 @@ import pytest
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from app import callbacks, charts
+from app import callbacks
 from app.models import ModelRegistry, canonical_name
 from app.tree_view import strip_remote_resources, tree_iframe, tree_page
+from goose import bench, metrics
 
 LIST_PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the"
 
@@ -128,8 +129,30 @@ def test_badge_flags_a_method_whose_output_differs(run: goose.RunRecord) -> None
 
 def test_acceptance_rate_is_accepted_over_drafted(run: goose.RunRecord) -> None:
     spine = run.totals.accepted["spine"] / run.totals.drafted["spine"]
-    assert charts.acceptance_rate(run, "spine") == pytest.approx(spine)
-    assert charts.acceptance_rate(run, "nowhere") is None
+    assert metrics.acceptance_rate(run.totals, "spine") == pytest.approx(spine)
+    assert metrics.acceptance_rate(run.totals, "nowhere") is None
+
+
+def test_race_table_and_bench_summary_agree_on_the_same_runs(registry: ModelRegistry) -> None:
+    model = registry.get("tiny-llama")
+    runs = {method: goose.generate(model, LIST_PROMPT, method, 16, 8) for method in goose.METHODS}
+    runs["goose"].tokens = runs["goose"].tokens[:-1] + [0]  # a method that lost the thread must read "NO" in both
+    table = callbacks.race_table(runs).set_index("method")
+    summaries = bench.summarize([bench.BenchRun.from_record(run, "p") for run in runs.values()])
+    assert list(table.index) == [s.method for s in summaries] == list(goose.METHODS)
+    for s in summaries:
+        row = table.loc[s.method]
+        assert (row["new tokens"], row["forward passes"]) == (s.new_tokens, s.forward_passes)
+        assert row["τ"] == round(s.tau, 2) and row["tokens/s"] == round(s.tokens_per_s, 1)
+        assert row["speed-up"] == round(s.speedup_pooled, 2) and row["mean accepted"] == round(
+            s.mean_accepted_length, 2)
+        for source in ("spine", "branch"):
+            rate = s.acceptance.get(source)
+            assert row[f"{source} acc."] == ("–" if rate is None else f"{rate:.1%}")
+        assert row["same tokens as AR"] == ("yes" if s.lossless else "NO")
+    assert [s.lossless for s in summaries].count(False) == 1
+    badge = callbacks.lossless_badge(runs)
+    assert "goose-badge-bad" in badge and "goose" in badge
 
 
 @pytest.mark.parametrize(("budget", "expected"), [("auto", None), ("", None), (None, None), ("16", 16),

@@ -1,4 +1,6 @@
-"""The benchmark: suites, interleaving, summary math, outputs, losslessness flag, command line."""
+"""The benchmark: suites, interleaving, summary, outputs, losslessness flag, runs.jsonl, command line.
+
+The metrics themselves are pinned in tests/test_metrics.py; here, that the bench feeds them its runs."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ import pytest
 import torch
 from tiny import char_tokenizer, tiny_llama
 
-from goose import bench
-from goose.bench import BenchPrompt, BenchRun, BenchSettings
+from goose import bench, charts
+from goose.bench import BenchPrompt, BenchRun, BenchSettings, report
+from goose.bench import runner as bench_runner
 from goose.cli import build_parser
+from goose.decode import METHODS
 from goose.model import GooseModel
+from goose.trace import RunTotals
 
 # --- suites ---------------------------------------------------------------------------------------------------
 
@@ -82,7 +87,7 @@ def bench_dir(tmp_path_factory):
     settings = BenchSettings(suite="mtbench", methods=("goose", "pld", "hf-pld"), limit=2, budget=8,
                              max_new_tokens=12, threads=torch.get_num_threads())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench, "measure_memory_bandwidth", small_bandwidth_probe)
+        patch.setattr(bench_runner, "measure_memory_bandwidth", small_bandwidth_probe)
         bench.run_bench(settings, out, tiny_llama(0), progress=False)
     return out
 
@@ -98,7 +103,8 @@ def test_every_method_including_hf_pld_matches_autoregressive(bench_dir):
     runs = bench.load_runs(bench_dir / "runs.jsonl")
     assert all(r.matches_autoregressive for r in runs)
     hf = [r for r in runs if r.method == "hf-pld"]
-    assert all(r.totals["forward_passes"] >= 2 and r.totals["tau"] >= 1.0 for r in hf)
+    assert all(r.totals.forward_passes >= 2 and r.totals.tau >= 1.0 for r in hf)
+    assert all(isinstance(r.totals, RunTotals) for r in runs)
 
 
 def test_runs_jsonl_lines_hold_what_a_run_needs(bench_dir):
@@ -121,8 +127,9 @@ def test_report_is_self_contained_with_plotly_inline_once(bench_dir):
     page = (bench_dir / "report.html").read_text(encoding="utf-8")
     assert not re.search(r"<script[^>]*\bsrc=", page)
     assert page.count("plotly.js v") >= 1 and page.count("<div id=") >= 7
-    for title in ("tau:", "Speedup over autoregressive", "Accepted draft tokens per step",
-                  "Acceptance rate per draft source", "per category", "Bandwidth achieved", "Lossless check"):
+    for title in ("Tokens per second", "tokens per forward pass", "Speed-up over autoregressive (pooled)",
+                  "Accepted length per step", "Acceptance rate by source", "per category", "Bandwidth achieved",
+                  "Lossless check"):
         assert title in page
 
 
@@ -138,15 +145,15 @@ def test_results_can_be_rebuilt_from_the_folder(bench_dir):
     assert [s.method for s in summaries] == ["autoregressive", "goose", "pld", "hf-pld"]
 
 
-# --- summary math on synthetic runs ----------------------------------------------------------------------------
+# --- summary on synthetic runs ---------------------------------------------------------------------------------
 
 
 def fake_run(prompt_id: str, method: str, tokens: int, wall_s: float, forwards: int | None = None,
              category: str | None = None, drafted: dict | None = None, accepted: dict | None = None,
-             token_ids: list[int] | None = None) -> BenchRun:
-    totals = {"new_tokens": tokens, "forward_passes": forwards or tokens, "wall_s": wall_s,
-              "drafted": drafted or {}, "accepted": accepted or {}}
-    return BenchRun(prompt_id, category, method, 5, token_ids or list(range(tokens)), "", totals)
+             token_ids: list[int] | None = None, lengths: list[int] | None = None) -> BenchRun:
+    totals = RunTotals(new_tokens=tokens, forward_passes=forwards or tokens, wall_s=wall_s, drafted=drafted or {},
+                       accepted=accepted or {})
+    return BenchRun(prompt_id, category, method, 5, token_ids or list(range(tokens)), "", totals, lengths or [])
 
 
 def synthetic_runs() -> list[BenchRun]:
@@ -155,11 +162,12 @@ def synthetic_runs() -> list[BenchRun]:
     return [fake_run("a", "autoregressive", 100, 10.0, category="c1"),
             fake_run("b", "autoregressive", 10, 1.0, category="c2"),
             fake_run("a", "x", 100, 5.0, forwards=40, category="c1", drafted={"spine": 30, "branch": 50},
-                     accepted={"spine": 15, "branch": 5}),
-            fake_run("b", "x", 10, 2.0, forwards=10, category="c2", drafted={"branch": 50}, accepted={"branch": 5})]
+                     accepted={"spine": 15, "branch": 5}, lengths=[3, 0, 1]),
+            fake_run("b", "x", 10, 2.0, forwards=10, category="c2", drafted={"branch": 50}, accepted={"branch": 5},
+                     lengths=[0])]
 
 
-def test_pooled_speedup_weighs_by_time_median_by_prompt():
+def test_summary_pools_by_time_takes_median_and_worst_by_prompt():
     summary = {s.method: s for s in bench.summarize(synthetic_runs(), parameter_bytes=10**9)}["x"]
     assert summary.tokens_per_s == pytest.approx(110 / 7)
     assert summary.speedup_pooled == pytest.approx((110 / 7) / (110 / 11))
@@ -167,10 +175,8 @@ def test_pooled_speedup_weighs_by_time_median_by_prompt():
     assert summary.speedup_min == pytest.approx(0.5)
     assert summary.tau == pytest.approx(110 / 50)
     assert summary.bandwidth_gb_s == pytest.approx(50 / 7)
-
-
-def test_acceptance_is_pooled_per_source():
-    assert bench.acceptance_by_source(synthetic_runs()) == {"branch": 10 / 100, "spine": 15 / 30}
+    assert summary.acceptance == {"branch": 10 / 100, "spine": 15 / 30}
+    assert summary.mean_accepted_length == pytest.approx(1.0)
 
 
 def test_category_speedups_compare_within_each_category():
@@ -190,8 +196,9 @@ def test_cpu_speedup_compares_tokens_per_cpu_second():
 
 def test_unknown_forward_count_gives_no_tau():
     runs = synthetic_runs()
-    runs[3].totals["forward_passes"] = None
-    assert {s.method: s for s in bench.summarize(runs)}["x"].tau is None
+    runs[3].totals.forward_passes = None
+    summary = {s.method: s for s in bench.summarize(runs)}["x"]
+    assert summary.tau is None and summary.forward_passes is None and summary.bandwidth_gb_s is None
 
 
 def test_lossless_flag_catches_a_run_that_differs():
@@ -202,6 +209,41 @@ def test_lossless_flag_catches_a_run_that_differs():
     summaries = bench.summarize(runs)
     assert [s.lossless for s in summaries] == [True, False]
     assert bench.format_table(summaries).splitlines()[2].endswith("NO")
+    assert "<td>b</td>" in bench.render_report(runs, summaries, {})
+
+
+def test_report_draws_the_race_charts_then_category_and_bandwidth():
+    runs = synthetic_runs()
+    summaries = bench.summarize(runs, parameter_bytes=10**9)
+    titles = [figure.layout.title.text for figure in report.figures(runs, summaries, {})]
+    assert titles[:5] == [figure.layout.title.text for figure in charts.race_charts(summaries)]
+    assert ["per category" in titles[5], "Bandwidth" in titles[6], len(titles)] == [True, True, 7]
+    speedup = next(f for f in report.figures(runs, summaries, {}) if f.layout.title.text.startswith("Speed-up"))
+    assert sorted(speedup.data[1].y) == pytest.approx([0.5, 2.0])  # the per-prompt dots of x
+
+
+def test_sampled_runs_are_not_checked_for_losslessness():
+    runs = synthetic_runs()
+    runs[3].tokens = [0, 1, 2, 99]
+    assert [s.lossless for s in bench.summarize(runs, greedy=False)] == [None, None]
+
+
+def test_runs_jsonl_round_trips_and_old_lines_with_a_totals_dict_load(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    runs = synthetic_runs()
+    bench.append_runs(path, runs)
+    assert bench.load_runs(path) == runs
+    old = {"prompt_id": "a", "category": None, "method": "hf-pld", "prompt_tokens": 5, "tokens": [1, 2], "text": "",
+           "totals": {"new_tokens": 2, "forward_passes": 2, "tau": 1.0, "tokens_per_s": 4.0, "wall_s": 0.5,
+                      "prefill_s": None, "drafted": {}, "accepted": {}, "retired_field": 1},
+           "accepted_lengths": [], "budget": None, "matches_autoregressive": True, "load_average": 0.5,
+           "cpu_s": 0.4, "retired_key": "x"}
+    path.write_text(json.dumps(old) + "\n\n", encoding="utf-8")
+    [loaded] = bench.load_runs(path)
+    assert loaded.totals == RunTotals(new_tokens=2, forward_passes=2, tau=1.0, tokens_per_s=4.0, wall_s=0.5,
+                                      prefill_s=None)
+    assert loaded.cpu_s == 0.4 and loaded.matches_autoregressive
+
 
 
 # --- command line ----------------------------------------------------------------------------------------------
@@ -213,13 +255,15 @@ def test_bench_arguments_parse():
     assert args.methods == ("goose", "hf-pld") and args.budget == 16 and args.limit == 3
     assert args.threads == 2 and args.max_new_tokens == 128 and args.out is None
     assert build_parser().parse_args(["bench", "--suite", "x.jsonl", "--budget", "auto"]).budget is None
-    assert build_parser().parse_args(["bench", "--suite", "humaneval"]).methods == bench.BENCH_METHODS
+    assert build_parser().parse_args(["bench", "--suite", "humaneval"]).methods == bench.bench_methods()
+    assert bench.bench_methods() == (*METHODS, "hf-pld")
 
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--methods", "goose,speculative", "unknown method(s) speculative; choose from autoregressive, pld"),
     ("--methods", ",", "no method given"),
-    ("--budget", "0", "budget must be 'auto' or a node count"),
+    ("--budget", "0", "budget must be a whole number of tree nodes >= 1"),
+    ("--budget", "many", "budget must be 'auto' or a whole number"),
 ])
 def test_bad_bench_arguments_exit_with_a_clear_message(capsys, flag, value, message):
     with pytest.raises(SystemExit) as exit_info:

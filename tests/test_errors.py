@@ -6,6 +6,7 @@ import pytest
 from tiny import tiny_llama
 
 import goose
+from goose.config import parse_budget
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,19 @@ def test_empty_prompt(tiny, prompt):
 def test_prompt_plus_new_tokens_beyond_context(tiny):
     with pytest.raises(ValueError, match="exceeds the model's context of 1024 tokens"):
         goose.stream(tiny, "x" * 1000, max_new_tokens=100)
+
+
+@pytest.mark.parametrize(("typed", "expected"), [("auto", None), (" Auto ", None), ("", None), (None, None),
+                                                 ("16", 16), (32.0, 32), ("64", 64)])
+def test_a_typed_budget_is_auto_or_a_node_count(typed, expected):
+    assert parse_budget(typed, maximum=64) == expected
+
+
+@pytest.mark.parametrize(("typed", "message"), [("0", ">= 1"), ("2.5", ">= 1"), ("nan", ">= 1"),
+                                                ("many", "'auto' or a whole number"), ("65", "at most 64 nodes")])
+def test_a_typed_budget_that_is_not_one_is_refused(typed, message):
+    with pytest.raises(ValueError, match=message):
+        parse_budget(typed, maximum=64)
 
 
 @pytest.mark.parametrize("budget", [0, -3, 2.5])

@@ -1,0 +1,234 @@
+"""Running a benchmark: every method on the same prompts, interleaved per prompt, in one session.
+
+Methods run interleaved per prompt so that drifts in machine load touch all
+of them alike. Greedy runs are checked against autoregressive decoding: a
+speed-up only counts if it is lossless. The numbers are defined in goose.metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+
+from goose import metrics
+from goose.bench.machine import measure_memory_bandwidth, parameter_bytes
+from goose.bench.records import BenchRun, append_runs, load_runs
+from goose.bench.report import write_report
+from goose.bench.suites import BenchPrompt, format_prompt, load_suite
+from goose.bench.summary import summarize, write_summary_csv
+from goose.decode import METHODS, eos_ids, generate
+from goose.metrics import BASELINE, MethodMetrics
+from goose.model import GooseModel
+from goose.trace import RunTotals
+
+HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside reference
+HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, transformers' documented default
+WARMUP_TOKENS = 8
+
+
+def bench_methods() -> tuple[str, ...]:
+    """Every method the bench can run: the library's registered methods, then transformers' prompt lookup."""
+    return (*METHODS, HF_PLD)
+
+
+@dataclass
+class BenchSettings:
+    """Everything a benchmark run depends on; stored beside the results."""
+
+    suite: str
+    methods: tuple[str, ...] = field(default_factory=bench_methods)
+    limit: int | None = None
+    budget: int | None = None  # None = "auto": whatever the library decides
+    max_new_tokens: int = 128
+    model: str | None = None
+    threads: int = 2
+    temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    """A comma-separated method list, checked against the known methods (order kept, repeats dropped)."""
+    known = bench_methods()
+    methods = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    unknown = [name for name in methods if name not in known]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    if not methods:
+        raise ValueError(f"no method given; choose from {', '.join(known)}")
+    return methods
+
+
+def with_baseline(methods: Sequence[str]) -> tuple[str, ...]:
+    """The methods with autoregressive decoding added first when missing: speed-up and losslessness need it."""
+    return tuple(methods) if BASELINE in methods else (BASELINE, *methods)
+
+
+# --- running one prompt x method --------------------------------------------------------------------------------
+
+class ForwardCounter:
+    """Counts calls of a model's forward (one per target forward pass) with a forward hook."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.calls = 0
+
+    def __enter__(self) -> Self:
+        self.calls = 0
+        self._handle = self.model.register_forward_hook(self._count)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    def _count(self, *_) -> None:
+        self.calls += 1
+
+
+def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
+                     budget: int | None, temperature: float = 0.0) -> BenchRun:
+    """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
+    run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
+                   seed=sum(map(ord, prompt.id)) if temperature else None)
+    return BenchRun.from_record(run, prompt.id, prompt.category)
+
+
+def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_tokens: int,
+               temperature: float = 0.0) -> BenchRun:
+    """transformers' prompt lookup decoding, timed the same way (wall time includes the prefill).
+
+    Its forward passes are counted with a hook, so tau is known too; the
+    per-step accepted lengths and the prefill time are not.
+    """
+    prompt_tokens = goose_model.encode(text)
+    input_ids = torch.tensor([prompt_tokens], device=goose_model.model.device)
+    eos = sorted(eos_ids(goose_model)) or None
+    with ForwardCounter(goose_model.model) as counter, torch.inference_mode():
+        start = time.perf_counter()
+        output = goose_model.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                            max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                                            **({"temperature": temperature, "top_k": 0} if temperature else {}),
+                                            prompt_lookup_num_tokens=HF_PLD_TOKENS, eos_token_id=eos,
+                                            pad_token_id=goose_model.tokenizer.pad_token_id)
+        wall = time.perf_counter() - start
+    tokens = output[0, len(prompt_tokens):].tolist()
+    totals = RunTotals(new_tokens=len(tokens), forward_passes=counter.calls, wall_s=wall, prefill_s=None)
+    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
+    return BenchRun(prompt.id, prompt.category, HF_PLD, len(prompt_tokens), tokens, goose_model.decode(tokens),
+                    totals)
+
+
+def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
+            budget: int | None, temperature: float = 0.0) -> BenchRun:
+    """One prompt x method, whichever implementation the method lives in."""
+    text = format_prompt(goose_model.tokenizer, prompt)
+    if method == HF_PLD:
+        return run_hf_pld(goose_model, prompt, text, max_new_tokens, temperature)
+    return run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature)
+
+
+def mark_lossless(runs: Iterable[BenchRun]) -> None:
+    """Set `matches_autoregressive` on each run: its tokens equal autoregressive's on the same prompt."""
+    runs = list(runs)
+    reference = {run.prompt_id: run.tokens for run in runs if run.method == BASELINE}
+    for run in runs:
+        if run.prompt_id in reference:
+            run.matches_autoregressive = metrics.lossless(run.tokens, reference[run.prompt_id])
+
+
+# --- the whole benchmark ----------------------------------------------------------------------------------------
+
+def default_out_dir(suite: str) -> Path:
+    """bench-out/<suite>-<timestamp>."""
+    return Path("bench-out") / f"{Path(suite).stem}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, Any]:
+    """What the numbers depend on: settings, model size, threads, versions, memory bandwidth, load."""
+    import transformers
+
+    return {"settings": asdict(settings), "model": goose_model.name,
+            "parameter_bytes": parameter_bytes(goose_model.model), "device": str(goose_model.model.device),
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "memory_bandwidth_gb_s": measure_memory_bandwidth(),
+            "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds")}
+
+
+def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
+            temperature: float = 0.0) -> None:
+    """One short untimed generation per method, so that no timed run pays for first-call set-up."""
+    for method in methods:
+        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature)
+
+
+def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
+               budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
+               temperature: float = 0.0) -> list[BenchRun]:
+    """Every method in turn on one prompt (the interleaving), each checked against autoregressive
+    (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""
+    runs = []
+    for method in methods:
+        cpu_start = time.process_time()
+        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget, temperature))
+        runs[-1].cpu_s = time.process_time() - cpu_start
+        runs[-1].load_average = os.getloadavg()[0]
+        on_run(runs[-1])
+    if not temperature:
+        mark_lossless(runs)
+    return runs
+
+
+def write_results(out_dir: Path, runs: Sequence[BenchRun], meta: dict[str, Any]) -> list[MethodMetrics]:
+    """summary.csv, meta.json and report.html from the runs; returns the per-method metrics."""
+    summaries = summarize(runs, meta["parameter_bytes"], greedy=not meta.get("settings", {}).get("temperature"))
+    write_summary_csv(out_dir / "summary.csv", summaries)
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    write_report(out_dir / "report.html", runs, summaries, meta)
+    return summaries
+
+
+def rebuild_results(out_dir: Path) -> list[MethodMetrics]:
+    """Summary and report again from a benchmark folder's runs.jsonl and meta.json (also a partial one)."""
+    meta = json.loads((out_dir / "meta.json").read_text(encoding="utf-8"))
+    return write_results(out_dir, load_runs(out_dir / "runs.jsonl"), meta)
+
+
+def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | None = None,
+              progress: bool = True) -> tuple[list[MethodMetrics], dict[str, Any]]:
+    """Run the suite, methods interleaved per prompt; write runs.jsonl (as it goes), summary.csv, meta.json
+    and report.html under `out_dir`. Returns the per-method metrics and the machine info.
+    """
+    from tqdm import tqdm
+
+    from goose.model import load_model
+
+    prompts = load_suite(settings.suite, settings.limit)
+    methods = with_baseline(settings.methods)
+    torch.set_num_threads(settings.threads)
+    goose_model = goose_model or load_model(settings.model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs_path = out_dir / "runs.jsonl"
+    runs_path.write_text("", encoding="utf-8")
+    meta = machine_info(goose_model, settings)
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature)
+
+    runs: list[BenchRun] = []
+    with tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress) as bar:
+        def advance(run: BenchRun) -> None:
+            bar.set_postfix_str(f"{run.prompt_id} {run.method} {metrics.tokens_per_s(run.totals):.1f} tok/s")
+            bar.update()
+
+        for prompt in prompts:
+            prompt_runs = run_prompt(goose_model, prompt, methods, settings.max_new_tokens, settings.budget, advance,
+                                     settings.temperature)
+            append_runs(runs_path, prompt_runs)
+            runs.extend(prompt_runs)
+    meta["load_average_end"] = os.getloadavg()
+    return write_results(out_dir, runs, meta), meta
