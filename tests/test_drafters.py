@@ -62,6 +62,17 @@ def test_a_registered_toy_method_runs_losslessly_in_generate(toy_method, factory
     assert accepted > 0  # the toy drafts were really verified and used
 
 
+def test_a_registered_toy_method_runs_in_the_bench(toy_method):
+    from goose.bench import BenchPrompt, parse_methods, run_prompt, summarize
+
+    assert toy_method in parse_methods(f"autoregressive,{toy_method}")
+    runs = run_prompt(tiny_llama(3), BenchPrompt("p1", PROMPTS[0]), ["autoregressive", toy_method], 30, 8)
+    assert [run.method for run in runs] == ["autoregressive", toy_method]
+    assert all(run.matches_autoregressive for run in runs)
+    toy = next(m for m in summarize(runs) if m.method == toy_method)
+    assert toy.tau > 1.0 and toy.lossless
+
+
 def test_unregistered_method_is_refused_by_name(toy_method):
     del METHODS[toy_method]
     with pytest.raises(ValueError, match="unknown method 'toy-argmax-chain'"):
