@@ -63,11 +63,9 @@ class ModelRegistry:
         listed = [n.strip() for n in env.get("GOOSE_MODELS", "").split(",") if n.strip()]
         allow_any = env.get("GOOSE_ALLOW_ANY_MODEL", "").strip().lower() in ("1", "true", "yes")
         raw_max = env.get("GOOSE_MAX_MODELS", "").strip() or "1"
-        try:
-            max_models = int(raw_max)
-        except ValueError:
-            raise ValueError(f"GOOSE_MAX_MODELS must be a whole number >= 1, got {raw_max!r}") from None
-        registry = cls(loader, None if allow_any else listed or [goose.DEFAULT_MODEL], max_models)
+        if not raw_max.isdigit() or int(raw_max) < 1:
+            raise ValueError(f"GOOSE_MAX_MODELS must be a whole number >= 1, got {raw_max!r}")
+        registry = cls(loader, None if allow_any else listed or [goose.DEFAULT_MODEL], int(raw_max))
         for entry in filter(None, (e.strip() for e in env.get("GOOSE_MODEL_FACTORIES", "").split(","))):
             name, _, target = entry.partition("=")
             module, _, function = target.partition(":")
