@@ -59,8 +59,8 @@ class RunViewer:
 def run_viewer(prefix: str) -> RunViewer:
     """Lay out a run viewer and wire its scrubber; `prefix` keeps element ids unique per tab."""
     run = gr.State(None, time_to_live=RUN_STATE_TTL_S)
-    stats = gr.HTML(callbacks.stats_html(None), elem_id=f"{prefix}-stats")
-    text = gr.HTML(callbacks.text_html(None), elem_id=f"{prefix}-text")
+    stats = gr.HTML(callbacks.stats_html(None), label="counters", elem_id=f"{prefix}-stats")
+    text = gr.HTML(callbacks.text_html(None), label="generated text", elem_id=f"{prefix}-text")
     gr.Markdown("### Tree of a step\nHover a node for its text, source, depth, score, status and the token the "
                 "target model chose after it. Long trees scroll sideways.")
     with gr.Row(equal_height=True):
@@ -68,7 +68,7 @@ def run_viewer(prefix: str) -> RunViewer:
         step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, scale=6,
                          elem_id=f"{prefix}-step")
         following = gr.Button("next ▶", scale=0, min_width=110, elem_id=f"{prefix}-next")
-    tree = gr.HTML(callbacks.tree_iframe(None), elem_id=f"{prefix}-tree")
+    tree = gr.HTML(callbacks.tree_iframe(None), label="tree", elem_id=f"{prefix}-tree")
     download = gr.DownloadButton("Download this run as a JSON trace", interactive=False, size="sm",
                                  elem_id=f"{prefix}-download")
     quiet = {"show_progress": "hidden", "api_visibility": "private", "concurrency_limit": None}
@@ -175,8 +175,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                         with gr.Row():
                             race_button = gr.Button("Race", variant="primary", elem_id="race-run")
                             race_stop = gr.Button("Stop", variant="stop", elem_id="race-stop")
-                badge = gr.HTML(elem_id="race-badge")
-                lanes = gr.HTML(lanes_iframe(None), elem_id="race-lanes")
+                badge = gr.HTML(label="lossless badge", elem_id="race-badge")
+                lanes = gr.HTML(lanes_iframe(None), label="race lanes", elem_id="race-lanes")
                 race_download = gr.DownloadButton("Download this race as a JSON race trace", interactive=False,
                                                   size="sm", elem_id="race-download")
                 with gr.Row():
@@ -204,7 +204,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                         example = gr.Dropdown(callbacks.example_traces(), label="Example traces",
                                               value=next(iter(callbacks.example_traces()), None))
                         open_example = gr.Button("Open example", elem_id="replay-open")
-                replay_lanes = gr.HTML(lanes_iframe(None), elem_id="replay-lanes")
+                replay_lanes = gr.HTML(lanes_iframe(None), label="race lanes", elem_id="replay-lanes")
                 replay = run_viewer("replay")
                 upload.upload(callbacks.replay, upload, [*replay.outputs, replay_lanes], api_name="replay",
                               concurrency_limit=None)
