@@ -141,7 +141,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                              label="Node budget per tree",
                                              info=f"auto = the library default; 1–{limits.max_budget}")
                         max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens), step=1,
-                                            label="Max new tokens")
+                                            label="Max new tokens", elem_id="explore-max-new")
                         with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
                             top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
@@ -171,7 +171,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                         race_budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                                   label="Node budget per tree")
                         race_max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens),
-                                                 step=1, label="Max new tokens")
+                                                 step=1, label="Max new tokens", elem_id="race-max-new")
                         with gr.Row():
                             race_button = gr.Button("Race", variant="primary", elem_id="race-run")
                             race_stop = gr.Button("Stop", variant="stop", elem_id="race-stop")

@@ -67,5 +67,5 @@ def tiny_gemma3(seed: int = 0, sliding_window: int = 8, attn: str = "sdpa", eos:
 def slow_tiny_gemma3(delay_s: float = 0.02) -> GooseModel:
     """tiny_gemma3(0) whose every forward pass first sleeps `delay_s`: long enough runs to stop half-way."""
     goose_model = tiny_gemma3(0)
-    goose_model.model.register_forward_pre_hook(lambda *_: time.sleep(delay_s))
+    goose_model.model.get_decoder().register_forward_pre_hook(lambda *_: time.sleep(delay_s))
     return goose_model
