@@ -17,7 +17,7 @@ from app.tokens import TOKEN_KINDS, token_spans, token_times
 from goose.trace import RunRecord
 
 SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
-LANE_HEIGHT_PX = 150
+LANE_HEIGHT_PX = 132
 
 _STYLE = """
 body{margin:0;font:13px sans-serif;color:#111827}
@@ -37,7 +37,7 @@ _SCRIPT = """
 const DATA = JSON.parse(document.getElementById('race-data').textContent);
 window.LANES = DATA;
 window.finishOrder = [];
-let speed = 1, played = 0, last = null, lanes = [];
+let speed = parseFloat(document.getElementById('speed').value), played = 0, last = null, lanes = [];
 function setup() {
   window.finishOrder = []; played = 0; last = null;
   lanes = DATA.map((lane, i) => {
@@ -75,7 +75,7 @@ function draw(now) {
     window.finishOrder.push(l.lane.method);
     const place = window.finishOrder.length;
     const suffix = ['st', 'nd', 'rd'][place - 1] || 'th';
-    l.el.querySelector('.place').textContent = place === 1 ? '🏁 1st — winner' : `finished ${place}${suffix}`;
+    l.el.querySelector('.place').textContent = place === 1 ? '1st — winner' : `finished ${place}${suffix}`;
   }
   if (lanes.some(l => !l.done)) requestAnimationFrame(draw);
 }
@@ -129,6 +129,6 @@ def lanes_iframe(runs: dict[str, RunRecord] | None, speed: float = 1.0) -> str:
     if not runs:
         return ('<div class="goose-lanes-empty" style="padding:18px;color:#6b7280">'
                 "Run a race (or open a race trace in Replay) to watch the methods side by side.</div>")
-    height = 90 + LANE_HEIGHT_PX * len(runs)
+    height = 70 + LANE_HEIGHT_PX * len(runs)
     return (f'<iframe class="goose-lanes" title="race lanes" style="width:100%;height:{height}px;border:1px solid '
             f'#e5e7eb;border-radius:6px" srcdoc="{html.escape(lanes_page(runs, speed), quote=True)}"></iframe>')
