@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import shutil
 import tempfile
 import time
 import uuid
@@ -40,6 +41,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
 STREAM_INTERVAL_S = 0.15  # how often a streaming run refreshes the page
+TRACES_DIR = Path(tempfile.gettempdir()) / "goose-traces"
+TRACE_KEEP_S = 3600.0  # downloads older than this are deleted when a new one is written
 
 
 # ---------------------------------------------------------------- input checks
@@ -183,11 +186,21 @@ def move_step(run: RunRecord | None, index: Any, delta: int) -> tuple[int, str]:
     return index, tree_iframe(run.steps[index])
 
 
+def fresh_trace_folder(root: Path = TRACES_DIR, keep_s: float = TRACE_KEEP_S) -> Path:
+    """A new folder for one download, after deleting those older than `keep_s` (Gradio has copied them to
+    its own cache by then), so a server that runs for weeks does not fill its disk with traces."""
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        if time.time() - old.stat().st_mtime > keep_s:
+            shutil.rmtree(old, ignore_errors=True)
+    folder = root / uuid.uuid4().hex
+    folder.mkdir()
+    return folder
+
+
 def save_trace(run: RunRecord) -> str:
     """Write the run as a JSON trace to a fresh temporary file and return its path (for the download button)."""
-    folder = Path(tempfile.gettempdir()) / "goose-traces" / uuid.uuid4().hex
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"goose-{run.method}-trace.json"
+    path = fresh_trace_folder() / f"goose-{run.method}-trace.json"
     run.save(path)
     return str(path)
 
@@ -344,9 +357,7 @@ def lossless_badge(runs: dict[str, RunRecord]) -> str:
 
 def save_race_trace(runs: dict[str, RunRecord]) -> str:
     """Write the race as a JSON race trace to a fresh temporary file and return its path."""
-    folder = Path(tempfile.gettempdir()) / "goose-traces" / uuid.uuid4().hex
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "goose-race-trace.json"
+    path = fresh_trace_folder() / "goose-race-trace.json"
     save_race(runs, path)
     return str(path)
 

@@ -124,7 +124,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     def arm(request: gr.Request) -> None:
         callbacks.arm(session_of(request))
 
-    with gr.Blocks(title="Goose — spine speculation trees") as demo:
+    # Gradio's own cache of served files (trace downloads, uploads) is emptied of files older than an hour
+    with gr.Blocks(title="Goose — spine speculation trees", delete_cache=(900, 3600)) as demo:
         gr.Markdown(INTRO)
         gr.Markdown(limits.describe(), elem_id="limits")
         with gr.Tabs():

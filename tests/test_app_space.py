@@ -215,6 +215,15 @@ def test_replay_opens_a_race_trace_with_its_lanes_and_a_run_trace_with_one(race_
         callbacks.replay(str(broken))
 
 
+def test_old_trace_downloads_are_deleted_when_new_ones_are_written(tmp_path) -> None:
+    old = callbacks.fresh_trace_folder(tmp_path, keep_s=3600)
+    (old / "trace.json").write_text("{}")
+    recent = callbacks.fresh_trace_folder(tmp_path, keep_s=3600)
+    assert old.exists() and recent.exists()
+    newest = callbacks.fresh_trace_folder(tmp_path, keep_s=0.0)
+    assert not old.exists() and not recent.exists() and newest.exists()
+
+
 # ---------------------------------------------------------------- readable trees and the page
 
 def test_tree_page_draws_at_full_size_and_scrolls(race_runs) -> None:
