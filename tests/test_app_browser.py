@@ -299,3 +299,28 @@ def test_a_hundred_node_tree_keeps_labels_legible_and_hoverable(page) -> None:
     assert "source: root" in frame.locator(".vis-tooltip").inner_text()
     tab.screenshot(path=str(ARTIFACTS / "tree-100.png"))
     tab.close()
+
+
+def test_a_second_visitor_waits_in_the_queue_and_sees_their_place(page, app_url: str) -> None:
+    other = page.context.browser.new_page(viewport={"width": 1400, "height": 1000})
+    other.set_default_timeout(TIMEOUT_MS)
+    other.goto(app_url, wait_until="domcontentloaded")
+    for visitor in (page, other):
+        visitor.get_by_role("tab", name="Explore").click()
+        visitor.locator("#explore-examples").get_by_role("button", name="Chat question").click()
+        _choose(visitor, "explore-model", SLOW)
+        _set_number(visitor, "explore-max-new", 300)
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('generating')")
+    other.locator("#explore-run").click()
+    other.locator(".progress-text", has_text="queue: 1/").first.wait_for()  # one model run at a time
+    assert "generating" not in other.locator("#explore-stats").inner_text()
+    other.screenshot(path=str(ARTIFACTS / "queue.png"))
+    page.locator("#explore-stop").dispatch_event("click")
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('stopped after')")
+    other.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('generating')")
+    other.locator("#explore-stop").dispatch_event("click")
+    other.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('stopped after')")
+    other.close()
+    _set_number(page, "explore-max-new", 64)
+    _choose(page, "explore-model", MODEL)
