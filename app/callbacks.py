@@ -9,6 +9,8 @@ gr.State).
 from __future__ import annotations
 
 import html
+import json
+import shutil
 import tempfile
 import time
 import uuid
@@ -20,49 +22,49 @@ import gradio as gr
 import pandas as pd
 
 import goose
-from app.models import ModelRegistry, canonical_name
-from app.tree_view import BONUS_COLOUR, tree_iframe
+from app.limits import STOPPED, TIME_LIMIT, Limits, RunGuard, StopSwitches
+from app.models import ModelNotAllowedError, ModelRegistry, canonical_name
+from app.race_lanes import lanes_iframe
+from app.race_trace import is_race, race_from_dict, save_race
+from app.tokens import TOKEN_KINDS, token_spans
+from app.tree_view import tree_iframe
 from goose import charts, metrics
 from goose.assets import ASSETS
-from goose.charts import SOURCE_COLOURS
 from goose.config import parse_budget as parse_budget_text
 from goose.trace import RunRecord
 
-MAX_BUDGET = 512
-MAX_NEW_TOKENS = 1024
+DEFAULT_LIMITS = Limits()
+MAX_BUDGET = DEFAULT_LIMITS.max_budget
+MAX_NEW_TOKENS = DEFAULT_LIMITS.max_new_tokens
+STOPS = StopSwitches()  # the Stop switch of every session of this server process
 RACE_METHODS = ("autoregressive", "balanced", "goose")
 EXTRA_RACE_METHODS = ("pld", "recycling")
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
 STREAM_INTERVAL_S = 0.15  # how often a streaming run refreshes the page
-
-TOKEN_KINDS = {
-    "spine": (SOURCE_COLOURS["spine"], "accepted from the spine (context match)"),
-    "branch": (SOURCE_COLOURS["branch"], "accepted from a branch (adjacency table)"),
-    "bonus": (BONUS_COLOUR, "bonus token (chosen by the target model)"),
-    "prefill": ("#9ca3af", "first token, from the prefill pass"),
-}
+TRACES_DIR = Path(tempfile.gettempdir()) / "goose-traces"
+TRACE_KEEP_S = 3600.0  # downloads older than this are deleted when a new one is written
 
 
 # ---------------------------------------------------------------- input checks
 
-def parse_budget(value: Any) -> int | None:
-    """The node budget from the budget box: None for "auto"/blank (the library's default), else 1..MAX_BUDGET."""
+def parse_budget(value: Any, limit: int = MAX_BUDGET) -> int | None:
+    """The node budget from the budget box: None for "auto"/blank (the library's default), else 1..limit."""
     try:
-        return parse_budget_text(value, MAX_BUDGET)
+        return parse_budget_text(value, limit)
     except ValueError as error:
         message = str(error)
-        raise gr.Error(f"{message[:1].upper()}{message[1:]}.") from None
+        raise gr.Error(f"{message[:1].upper()}{message[1:]} on this server.") from None
 
 
-def parse_max_new_tokens(value: Any) -> int:
-    """Max new tokens as an int in 1..MAX_NEW_TOKENS."""
+def parse_max_new_tokens(value: Any, limit: int = MAX_NEW_TOKENS) -> int:
+    """Max new tokens as an int in 1..limit."""
     try:
         number = int(float(value))
     except (TypeError, ValueError):
         raise gr.Error(f"Max new tokens must be a whole number, got {value!r}.") from None
-    if not 1 <= number <= MAX_NEW_TOKENS:
-        raise gr.Error(f"Max new tokens must lie between 1 and {MAX_NEW_TOKENS}, got {number}.")
+    if not 1 <= number <= limit:
+        raise gr.Error(f"Max new tokens must lie between 1 and {limit} on this server, got {number}.")
     return number
 
 
@@ -72,8 +74,24 @@ def check_prompt(prompt: Any) -> str:
     return prompt
 
 
+def check_model_allowed(registry: ModelRegistry, name: str | None) -> None:
+    """Refuse a model the operator does not offer at once, before anything is queued behind a download."""
+    try:
+        registry.check_allowed(name)
+    except ModelNotAllowedError as error:
+        raise gr.Error(str(error), title="Model not offered") from error
+
+
+def check_prompt_tokens(model: goose.GooseModel, prompt: str, limit: int) -> None:
+    """Refuse a prompt longer than the server allows (GOOSE_MAX_PROMPT_TOKENS)."""
+    count = len(model.encode(prompt))
+    if count > limit:
+        raise gr.Error(f"The prompt is {count} tokens long; this server takes at most {limit} prompt tokens.")
+
+
 def get_model(registry: ModelRegistry, name: str | None) -> goose.GooseModel:
     """The named model from the shared cache, with load failures turned into messages in the page."""
+    check_model_allowed(registry, name)
     try:
         return registry.get(name)
     except goose.ModelLoadError as error:
@@ -101,19 +119,6 @@ def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: in
 
 
 # ---------------------------------------------------------------- rendering a run
-
-def token_spans(run: RunRecord) -> list[tuple[str, str, int | None]]:
-    """(text, kind, step) for each generated token; kind is spine, branch, bonus or prefill."""
-    if not run.tokens:
-        return []
-    first = run.steps[0].nodes[0].text if run.steps else run.text
-    spans: list[tuple[str, str, int | None]] = [(first, "prefill", None)]
-    for step in run.steps:
-        drafted = [(step.nodes[i].text, step.nodes[i].source) for i in step.accepted]
-        made = drafted + [(step.bonus_text, "bonus")]
-        spans.extend((text, kind, step.index) for text, kind in made[:len(step.committed)])
-    return spans
-
 
 def text_html(run: RunRecord | None) -> str:
     """The generated text with every token coloured by how it was obtained, and a key."""
@@ -174,11 +179,21 @@ def move_step(run: RunRecord | None, index: Any, delta: int) -> tuple[int, str]:
     return index, tree_iframe(run.steps[index])
 
 
+def fresh_trace_folder(root: Path = TRACES_DIR, keep_s: float = TRACE_KEEP_S) -> Path:
+    """A new folder for one download, after deleting those older than `keep_s` (Gradio has copied them to
+    its own cache by then), so a server that runs for weeks does not fill its disk with traces."""
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        if time.time() - old.stat().st_mtime > keep_s:
+            shutil.rmtree(old, ignore_errors=True)
+    folder = root / uuid.uuid4().hex
+    folder.mkdir()
+    return folder
+
+
 def save_trace(run: RunRecord) -> str:
     """Write the run as a JSON trace to a fresh temporary file and return its path (for the download button)."""
-    folder = Path(tempfile.gettempdir()) / "goose-traces" / uuid.uuid4().hex
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"goose-{run.method}-trace.json"
+    path = fresh_trace_folder() / f"goose-{run.method}-trace.json"
     run.save(path)
     return str(path)
 
@@ -191,34 +206,61 @@ def view_run(run: RunRecord, status: str = "") -> tuple[str, str, RunRecord, gr.
 
 # ---------------------------------------------------------------- Explore
 
+def run_status(run: RunRecord, limits: Limits) -> str:
+    """How a run ended, in words for the counters line."""
+    if run.stop_reason == STOPPED:
+        return f"stopped after {run.totals.new_tokens} tokens: browse or download the partial run"
+    if run.stop_reason == TIME_LIMIT:
+        return (f"stopped at this server's limit of {limits.max_run_s:g} s per run, after {run.totals.new_tokens} "
+                "tokens: browse or download the partial run")
+    return f"done ({run.stop_reason or 'finished'})"
+
+
+def stop(session: str | None) -> None:
+    """The Stop button: the session's running (or queued) run ends after its current step."""
+    STOPS.press(session)
+
+
+def arm(session: str | None) -> None:
+    """Clear the session's Stop switch when a run is submitted, so an old press cannot stop it."""
+    STOPS.arm(session)
+
+
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
             max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-            seed: Any = None) -> Iterator[tuple]:
+            seed: Any = None, session: str | None = None, *, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple]:
     """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
 
     Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
-    hovering a tried node shows the probability it was accepted with."""
+    hovering a tried node shows the probability it was accepted with. The session's Stop button
+    or the server's time limit end the run between two steps; what was generated stays."""
     prompt = check_prompt(prompt)
     if method not in goose.METHODS:
         raise gr.Error(f"Unknown method {method!r}; choose one of {', '.join(goose.METHODS)}.")
-    nodes = parse_budget(budget)
-    limit = parse_max_new_tokens(max_new_tokens)
+    nodes = parse_budget(budget, limits.max_budget)
+    limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
+    check_model_allowed(registry, model_name)
     if not registry.is_loaded(model_name):
         name = canonical_name(model_name)
         note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
         yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
+    check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     generation = _start(model, prompt, method, limit, nodes, temperature=float(temperature or 0.0),
                         top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed))
+    guard = RunGuard(STOPS, session, limits.max_run_s)
     last_yield = 0.0
-    for _ in generation:
-        now = time.perf_counter()
-        if now - last_yield >= STREAM_INTERVAL_S:
-            last_yield = now
-            yield (text_html(generation.run), stats_html(generation.run, "generating…"), gr.skip(), gr.skip(),
-                   gr.skip(), gr.skip())
+    try:
+        for _ in guard.steps(generation):
+            now = time.perf_counter()
+            if now - last_yield >= STREAM_INTERVAL_S:
+                last_yield = now
+                yield (text_html(generation.run), stats_html(generation.run, "generating…"), gr.skip(), gr.skip(),
+                       gr.skip(), gr.skip())
+    finally:
+        guard.release()
     run = generation.run
-    yield view_run(run, f"done ({run.stop_reason or 'finished'})")
+    yield view_run(run, run_status(run, limits))
 
 
 # ---------------------------------------------------------------- Replay
@@ -236,6 +278,26 @@ def load_trace(path: str | None) -> tuple:
     return view_run(run, f"trace of {run.method} on {run.model}")
 
 
+def replay(path: str | None) -> tuple:
+    """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane)."""
+    if not path:
+        raise gr.Error("Choose a trace file (.json) first.")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise gr.Error("This file is not a Goose trace: it is not JSON (expected a .json run or race trace).") from None
+    if not is_race(data):
+        viewed = load_trace(path)
+        return (*viewed, lanes_iframe({viewed[2].method: viewed[2]}))
+    try:
+        runs = race_from_dict(data)
+    except ValueError as error:
+        raise gr.Error(f"This file is not a Goose trace: {error}") from error
+    shown = runs.get("goose") or next(reversed(runs.values()))
+    return (*view_run(shown, f"race of {', '.join(runs)} on {shown.model}: showing {shown.method}"),
+            lanes_iframe(runs))
+
+
 def example_traces() -> list[str]:
     """Names of the traces shipped in assets/traces."""
     return sorted(path.name for path in EXAMPLE_TRACES.glob("*.json"))
@@ -245,7 +307,7 @@ def load_example_trace(name: str | None) -> tuple:
     """Open one of the shipped traces by file name."""
     if not name or name not in example_traces():
         raise gr.Error(f"No example trace called {name!r}.")
-    return load_trace(str(EXAMPLE_TRACES / name))
+    return replay(str(EXAMPLE_TRACES / name))
 
 
 # ---------------------------------------------------------------- Race
@@ -286,28 +348,61 @@ def lossless_badge(runs: dict[str, RunRecord]) -> str:
             f"{mark} {html.escape(message)}</div>")
 
 
+def save_race_trace(runs: dict[str, RunRecord]) -> str:
+    """Write the race as a JSON race trace to a fresh temporary file and return its path."""
+    path = fresh_trace_folder() / "goose-race-trace.json"
+    save_race(runs, path)
+    return str(path)
+
+
+def race_status(runs: dict[str, RunRecord], methods: list[str], limits: Limits) -> str:
+    """The badge: lossless over the complete runs, and a note on a stopped race."""
+    complete = {m: run for m, run in runs.items() if run.stop_reason not in (STOPPED, TIME_LIMIT)}
+    cut = [m for m in methods if m not in complete]
+    if not cut:
+        return lossless_badge(runs)
+    why = "you pressed Stop" if any(r.stop_reason == STOPPED for r in runs.values()) else (
+        f"this server's limit of {limits.max_run_s:g} s per race was reached")
+    note = (f'<div class="goose-race-cut" style="font:14px sans-serif;padding:4px">Race cut short ({why}): '
+            f'{html.escape(", ".join(cut))} did not finish; their partial runs are shown and not compared.</div>')
+    return (lossless_badge(complete) if complete else "") + note
+
+
 def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: list[str] | None, budget: Any,
-         max_new_tokens: Any, progress: gr.Progress = NO_PROGRESS) -> tuple:
-    """Run the same prompt through each method (same model, budget, greedy) and compare them."""
+         max_new_tokens: Any, session: str | None = None, progress: gr.Progress = NO_PROGRESS, *,
+         limits: Limits = DEFAULT_LIMITS) -> tuple:
+    """Run the same prompt through each method (same model, budget, greedy) and compare them.
+
+    Returns the charts, the table, the badge, the race lanes and the race trace download. Stop or
+    the server's time limit (for the whole race) end the current method between two steps and
+    skip the rest; what ran is shown."""
     prompt = check_prompt(prompt)
     unknown = [m for m in extra_methods or [] if m not in EXTRA_RACE_METHODS]
     if unknown:
         raise gr.Error(f"Unknown method(s) {', '.join(unknown)}; extras are {', '.join(EXTRA_RACE_METHODS)}.")
     methods = [m for m in goose.METHODS if m in RACE_METHODS or m in (extra_methods or [])]
-    nodes = parse_budget(budget)
-    limit = parse_max_new_tokens(max_new_tokens)
+    nodes = parse_budget(budget, limits.max_budget)
+    limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
+    check_model_allowed(registry, model_name)
     progress(0.0, desc=f"loading {canonical_name(model_name)}")
     model = get_model(registry, model_name)
+    check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     _start(model, prompt, "autoregressive", limit, nodes)  # checks the input once, before any work
     progress(0.02, desc="warming up")
     goose.generate(model, prompt, "autoregressive", 2)  # first-call costs must not count against the first racer
     runs: dict[str, RunRecord] = {}
-    for i, method in enumerate(methods):
-        progress((i, len(methods)), desc=f"racing {method}", unit="methods")
-        generation = _start(model, prompt, method, limit, nodes)
-        for _ in generation:
-            pass
-        runs[method] = generation.run
+    guard = RunGuard(STOPS, session, limits.max_run_s)
+    try:
+        for i, method in enumerate(methods):
+            if runs and guard.reason():
+                break
+            progress((i, len(methods)), desc=f"racing {method}", unit="methods")
+            generation = _start(model, prompt, method, limit, nodes)
+            for _ in guard.steps(generation):
+                pass
+            runs[method] = generation.run
+    finally:
+        guard.release()
     progress((len(methods), len(methods)), desc="drawing charts", unit="methods")
-    return (*charts.race_charts(metrics.race_metrics(runs)), race_table(runs), lossless_badge(runs))
-
+    return (*charts.race_charts(metrics.race_metrics(runs)), race_table(runs), race_status(runs, methods, limits),
+            lanes_iframe(runs), gr.DownloadButton(value=save_race_trace(runs), interactive=True))

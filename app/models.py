@@ -1,18 +1,31 @@
-"""A thread-safe cache of loaded target models, keyed by name, shared by every browser tab.
+"""A thread-safe cache of loaded target models shared by every browser tab, with the operator's model policy.
 
 Loading the embedded model takes seconds (minutes the very first time), so every
-tab must reuse one copy, and two tabs asking at once must not load it twice.
+tab must reuse one copy, and two tabs asking at once must not load it twice. On
+a public server the operator lists the models visitors may use (GOOSE_MODELS);
+anything else is refused before a byte is downloaded, and at most
+GOOSE_MAX_MODELS models besides the embedded one stay in memory.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
 
 import goose
 
 DEFAULT_ALIASES = ("", goose.DEFAULT_MODEL)
+
+
+class ModelNotAllowedError(goose.ModelLoadError):
+    """The server's operator does not offer this model."""
 
 
 def canonical_name(name: str | None) -> str:
@@ -22,29 +35,106 @@ def canonical_name(name: str | None) -> str:
 
 
 class ModelRegistry:
-    """Loaded models by name; `loader` (goose.load_model by default) is called at most once per name."""
+    """Loaded models by name; `loader` (goose.load_model by default) is called at most once per name.
 
-    def __init__(self, loader: Callable[[str | None], goose.GooseModel] | None = None) -> None:
+    allowed:    the names visitors may ask for, in the order offered (None: any id or folder).
+    max_models: how many loaded models besides the embedded one (and those registered by hand) stay
+                in memory; the least recently used one is freed before another is loaded.
+    """
+
+    def __init__(self, loader: Callable[[str | None], goose.GooseModel] | None = None,
+                 allowed: Sequence[str] | None = None, max_models: int = 1) -> None:
+        if max_models < 1:
+            raise ValueError(f"max_models must be at least 1, got {max_models}")
         self._loader = loader or (lambda name: goose.load_model(name))
-        self._models: dict[str, goose.GooseModel] = {}
+        self._allowed = None if allowed is None else list(dict.fromkeys(canonical_name(n) for n in allowed))
+        self.max_models = max_models
+        self._models: OrderedDict[str, goose.GooseModel] = OrderedDict()  # least recently used first
+        self._pinned: set[str] = {goose.DEFAULT_MODEL}
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None,
+                 loader: Callable[[str | None], goose.GooseModel] | None = None) -> ModelRegistry:
+        """The policy from GOOSE_MODELS, GOOSE_ALLOW_ANY_MODEL and GOOSE_MAX_MODELS; models from
+        GOOSE_MODEL_FACTORIES ("name=module:function,...", each function returning a GooseModel) are
+        registered up front, for tests and custom setups."""
+        env = os.environ if environ is None else environ
+        listed = [n.strip() for n in env.get("GOOSE_MODELS", "").split(",") if n.strip()]
+        allow_any = env.get("GOOSE_ALLOW_ANY_MODEL", "").strip().lower() in ("1", "true", "yes")
+        raw_max = env.get("GOOSE_MAX_MODELS", "").strip() or "1"
+        if not raw_max.isdigit() or int(raw_max) < 1:
+            raise ValueError(f"GOOSE_MAX_MODELS must be a whole number >= 1, got {raw_max!r}")
+        registry = cls(loader, None if allow_any else listed or [goose.DEFAULT_MODEL], int(raw_max))
+        for entry in filter(None, (e.strip() for e in env.get("GOOSE_MODEL_FACTORIES", "").split(","))):
+            name, _, target = entry.partition("=")
+            module, _, function = target.partition(":")
+            if not (name and module and function):
+                raise ValueError(f"GOOSE_MODEL_FACTORIES entries look like name=module:function, got {entry!r}")
+            registry.register(name.strip(), getattr(importlib.import_module(module.strip()), function.strip())())
+        return registry
+
+    @property
+    def allows_any(self) -> bool:
+        return self._allowed is None
+
+    @property
+    def choices(self) -> list[str]:
+        """The models offered in the page, the default first (empty when any model is allowed)."""
+        return list(self._allowed or [])
+
     def register(self, name: str, model: goose.GooseModel) -> None:
-        """Seed the cache (tests put tiny models here under names like "tiny-llama")."""
+        """Seed the cache and offer the model (tests put tiny models here under names like "tiny-llama").
+        Registered models are never evicted."""
+        key = canonical_name(name)
         with self._lock:
-            self._models[canonical_name(name)] = model
+            self._models[key] = model
+            self._pinned.add(key)
+            if self._allowed is not None and key not in self._allowed:
+                self._allowed.append(key)
+
+    def check_allowed(self, name: str | None) -> str:
+        """The registry key of `name`; raises ModelNotAllowedError, naming GOOSE_MODELS, for an unlisted model."""
+        key = canonical_name(name)
+        if self._allowed is not None and key not in self._allowed:
+            raise ModelNotAllowedError(
+                f"model {key!r} is not offered on this server: it serves only the models listed in GOOSE_MODELS "
+                f"({', '.join(self._allowed)}). Run the app yourself with GOOSE_MODELS or GOOSE_ALLOW_ANY_MODEL=1 "
+                "to use others.")
+        return key
 
     def is_loaded(self, name: str | None) -> bool:
         with self._lock:
             return canonical_name(name) in self._models
 
+    def loaded(self) -> list[str]:
+        """Names of the models in memory, least recently used first."""
+        with self._lock:
+            return list(self._models)
+
     def get(self, name: str | None) -> goose.GooseModel:
-        """The model called `name`, loading it on first use; raises goose.ModelLoadError and friends."""
-        key = canonical_name(name)
+        """The model called `name`, loading it on first use; raises ModelNotAllowedError before any download,
+        goose.ModelLoadError and friends when loading fails."""
+        key = self.check_allowed(name)
         with self._lock:  # one lock for all loads: a second tab waits instead of loading a second copy
             if key not in self._models:
+                if key not in self._pinned:
+                    self._evict_for_one_more()
                 self._models[key] = self._loader(None if key == goose.DEFAULT_MODEL else key)
+            self._models.move_to_end(key)
             return self._models[key]
+
+    def _evict_for_one_more(self) -> None:
+        """Free least recently used unpinned models until one more fits in max_models."""
+        evictable = [k for k in self._models if k not in self._pinned]
+        freed = evictable[:max(0, len(evictable) - self.max_models + 1)]
+        for key in freed:
+            del self._models[key]
+        if freed:
+            logging.getLogger(__name__).info("freed %s to stay within %d models", ", ".join(freed), self.max_models)
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     def preload(self, name: str | None = None) -> threading.Thread:
         """Start loading a model in the background so the first click does not wait for it."""

@@ -5,7 +5,8 @@ branch = adjacency table); the accepted path has thick edges and outlined
 nodes; rejected and unvisited nodes are faded; the bonus token hangs off the
 last accepted node. The page inlines vis-network and links nothing remote, so
 it draws on a laptop without network; it goes in an iframe because gr.HTML
-does not run <script> tags.
+does not run <script> tags. Trees are drawn at scale 1 on a canvas as large as
+they need, inside a scrolling page, so labels of a 100-node spine stay legible.
 """
 
 from __future__ import annotations
@@ -28,6 +29,23 @@ _REMOTE_TAG = re.compile(
     r"<script[^>]*\bsrc\s*=\s*[\"']https?://[^>]*>\s*</script>|<link[^>]*\bhref\s*=\s*[\"']https?://[^>]*/?>",
     re.IGNORECASE | re.DOTALL)
 _HEADINGS = re.compile(r"<center>\s*<h1>\s*</h1>\s*</center>", re.IGNORECASE)
+LABEL_PX = 14  # vis-network's label font size; the tree is never scaled below 1
+# After vis-network lays the tree out: grow the canvas to the tree's extent and show it at scale 1,
+# top left first; the page scrolls instead of the drawing shrinking.
+_ACTUAL_SIZE = """<script>(function () {
+  const container = document.getElementById('mynetwork');
+  const ids = network.body.data.nodes.getIds();
+  const boxes = ids.map(id => network.getBoundingBox(id));
+  const left = Math.min(...boxes.map(b => b.left)), right = Math.max(...boxes.map(b => b.right));
+  const top = Math.min(...boxes.map(b => b.top)), bottom = Math.max(...boxes.map(b => b.bottom));
+  const pad = 30;
+  const width = Math.max(container.clientWidth, right - left + 2 * pad);
+  const height = Math.max(container.clientHeight, bottom - top + 2 * pad);
+  container.style.width = width + 'px';
+  container.style.height = height + 'px';
+  network.setSize(width + 'px', height + 'px');
+  network.moveTo({position: {x: left - pad + width / 2, y: (top + bottom) / 2}, scale: 1});
+})();</script>"""
 
 
 def visible_text(text: str) -> str:
@@ -88,9 +106,12 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
     net.add_edge(last, bonus, width=6, dashes=True, color=BONUS_COLOUR)
     net.set_options(json.dumps({
         "layout": {"hierarchical": {"enabled": True, "direction": "LR", "sortMethod": "directed",
-                                    "levelSeparation": 130, "nodeSpacing": 26, "treeSpacing": 30}},
+                                    "levelSeparation": 130, "nodeSpacing": 30, "treeSpacing": 30}},
         "physics": {"enabled": False},
-        "interaction": {"hover": True, "tooltipDelay": 80, "navigationButtons": False, "zoomView": True},
+        # no zoom or drag: the page scrolls, and hovering shows each node's details
+        "interaction": {"hover": True, "tooltipDelay": 80, "navigationButtons": False, "zoomView": False,
+                        "dragView": False},
+        "nodes": {"font": {"size": LABEL_PX}},
         "edges": {"arrows": {"to": {"enabled": False}}, "smooth": False},
     }))
     return net
@@ -125,7 +146,8 @@ def tree_page(step: StepRecord, height: str = "560px") -> str:
                f'(budget {step.budget}), accepted {step.accepted_length} '
                f'{html.escape(repr(accepted))} + bonus {html.escape(repr(step.bonus_text))}</div>')
     style = "<style>.vis-tooltip{white-space:pre;font:12px monospace !important}body{margin:0}</style>"
-    return page.replace("<body>", f"<body>{style}{legend_html()}{summary}", 1)
+    page = page.replace("<body>", f"<body>{style}{legend_html()}{summary}", 1)
+    return page.replace("</body>", f"{_ACTUAL_SIZE}</body>", 1)
 
 
 def tree_iframe(step: StepRecord | None, height: int = 640) -> str:

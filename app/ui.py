@@ -2,7 +2,9 @@
 
 Only layout and wiring live here; every event calls a plain function from
 `app.callbacks`. Per-user data (the run being browsed) lives in gr.State; the
-only shared object is the model registry, which locks its loads.
+shared objects are the model registry, which locks its loads, and the Stop
+switches, keyed by session. Runs go through one queue ("model", one at a time),
+so two visitors never run the model at once and each sees their place in line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import gradio as gr
 
 import goose
 from app import callbacks
+from app.limits import Limits
 from app.models import ModelRegistry
+from app.race_lanes import lanes_iframe
 
 INTRO = """# Goose — speculative decoding with spine trees
 Each step drafts a **tree** of guesses from two free sources — the **spine** (tokens copied from an earlier
@@ -26,6 +30,8 @@ from the target model. Greedy output is identical to plain autoregressive decodi
 BUDGET_CHOICES = ["auto", "8", "16", "32", "60", "100"]
 MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging Face id / a local folder "
               "(a causal LM with eager or sdpa attention).")
+OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_MODELS)."
+RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
 
 
 def load_examples() -> list[dict[str, str]]:
@@ -52,34 +58,76 @@ class RunViewer:
 
 def run_viewer(prefix: str) -> RunViewer:
     """Lay out a run viewer and wire its scrubber; `prefix` keeps element ids unique per tab."""
-    run = gr.State(None)
-    stats = gr.HTML(callbacks.stats_html(None), elem_id=f"{prefix}-stats")
-    text = gr.HTML(callbacks.text_html(None), elem_id=f"{prefix}-text")
+    run = gr.State(None, time_to_live=RUN_STATE_TTL_S)
+    stats = gr.HTML(callbacks.stats_html(None), label="counters", elem_id=f"{prefix}-stats")
+    text = gr.HTML(callbacks.text_html(None), label="generated text", elem_id=f"{prefix}-text")
     gr.Markdown("### Tree of a step\nHover a node for its text, source, depth, score, status and the token the "
-                "target model chose after it. Scroll to zoom, drag to pan.")
+                "target model chose after it. Long trees scroll sideways.")
     with gr.Row(equal_height=True):
         previous = gr.Button("◀ previous", scale=0, min_width=110, elem_id=f"{prefix}-prev")
         step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, scale=6,
                          elem_id=f"{prefix}-step")
         following = gr.Button("next ▶", scale=0, min_width=110, elem_id=f"{prefix}-next")
-    tree = gr.HTML(callbacks.tree_iframe(None), elem_id=f"{prefix}-tree")
+    tree = gr.HTML(callbacks.tree_iframe(None), label="tree", elem_id=f"{prefix}-tree")
     download = gr.DownloadButton("Download this run as a JSON trace", interactive=False, size="sm",
                                  elem_id=f"{prefix}-download")
-    step.release(callbacks.show_step, [run, step], tree, show_progress="hidden")
-    previous.click(partial(callbacks.move_step, delta=-1), [run, step], [step, tree], show_progress="hidden")
-    following.click(partial(callbacks.move_step, delta=1), [run, step], [step, tree], show_progress="hidden")
+    quiet = {"show_progress": "hidden", "api_visibility": "private", "concurrency_limit": None}
+    step.release(callbacks.show_step, [run, step], tree, **quiet)
+    previous.click(partial(callbacks.move_step, delta=-1), [run, step], [step, tree], **quiet)
+    following.click(partial(callbacks.move_step, delta=1), [run, step], [step, tree], **quiet)
     return RunViewer(run, stats, text, step, tree, download)
 
 
-def build_app(registry: ModelRegistry | None = None, default_model: str = goose.DEFAULT_MODEL) -> gr.Blocks:
-    """The whole app. Pass a registry seeded with tiny models (and their name) for fast tests."""
-    registry = registry or ModelRegistry()
+def model_box(registry: ModelRegistry, default_model: str | None, elem_id: str) -> gr.components.Component:
+    """The free text box when any model is allowed, else a dropdown of the offered models.
+
+    The dropdown takes typed names too, so a name outside GOOSE_MODELS gets its refusal in words."""
+    if registry.allows_any:
+        return gr.Textbox(default_model or goose.DEFAULT_MODEL, label="Model", info=MODEL_INFO, elem_id=elem_id)
+    choices = registry.choices
+    value = default_model if default_model in choices else choices[0]
+    return gr.Dropdown(choices, value=value, allow_custom_value=True, label="Model", info=OFFERED_INFO,
+                       elem_id=elem_id)
+
+
+def session_of(request: gr.Request | None) -> str | None:
+    """The key of the visitor's Stop switch: one per browser tab or gradio_client."""
+    return request.session_hash if request is not None else None
+
+
+def build_app(registry: ModelRegistry | None = None, default_model: str | None = None,
+              limits: Limits | None = None) -> gr.Blocks:
+    """The whole app. Pass a registry seeded with tiny models (and their name) for fast tests;
+    `limits` defaults to the operator's environment variables (see app.limits)."""
+    registry = registry or ModelRegistry.from_env()
+    limits = limits or Limits.from_env()
     examples = load_examples()
     prompts = [[e["prompt"]] for e in examples]
     labels = [e["label"] for e in examples]
+    # Run and Race share one queue slot; Stop and the scrubbers never wait behind a run.
+    model_queue = {"concurrency_limit": 1, "concurrency_id": "model"}
+    instant = {"concurrency_limit": None, "show_progress": "hidden"}
 
-    with gr.Blocks(title="Goose — spine speculation trees") as demo:
+    def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
+                    top_k: float, top_p: float, seed: str, request: gr.Request):
+        yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
+                                     seed, session_of(request), limits=limits)
+
+    def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, request: gr.Request,
+                 progress: gr.Progress = callbacks.NO_PROGRESS):
+        return callbacks.race(registry, prompt, model, extras, budget, max_new, session_of(request), progress,
+                              limits=limits)
+
+    def stop(request: gr.Request) -> None:
+        callbacks.stop(session_of(request))
+
+    def arm(request: gr.Request) -> None:
+        callbacks.arm(session_of(request))
+
+    # Gradio's own cache of served files (trace downloads, uploads) is emptied of files older than an hour
+    with gr.Blocks(title="Goose — spine speculation trees", delete_cache=(900, 3600)) as demo:
         gr.Markdown(INTRO)
+        gr.Markdown(limits.describe(), elem_id="limits")
         with gr.Tabs():
             with gr.Tab("Explore", id="explore"):
                 with gr.Row():
@@ -88,40 +136,50 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                         gr.Examples(prompts, [prompt], example_labels=labels, label="Examples",
                                     elem_id="explore-examples")
                     with gr.Column(scale=2):
-                        model = gr.Textbox(default_model, label="Model", info=MODEL_INFO, elem_id="explore-model")
+                        model = model_box(registry, default_model, "explore-model")
                         method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method")
                         budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                              label="Node budget per tree",
-                                             info=f"auto = the library default; 1–{callbacks.MAX_BUDGET}")
-                        max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens")
+                                             info=f"auto = the library default; 1–{limits.max_budget}")
+                        max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens), step=1,
+                                            label="Max new tokens", elem_id="explore-max-new")
                         with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
                             top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
                             top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                             seed = gr.Textbox("", label="Seed (blank = random)")
-                        go_button = gr.Button("Run", variant="primary", elem_id="explore-run")
+                        with gr.Row():
+                            go_button = gr.Button("Run", variant="primary", elem_id="explore-run")
+                            stop_button = gr.Button("Stop", variant="stop", elem_id="explore-stop")
                 explore = run_viewer("explore")
-                go_button.click(partial(callbacks.explore, registry),
-                                [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed],
-                                explore.outputs, concurrency_limit=1, concurrency_id="model")
+                go_button.click(arm, None, None, api_visibility="private", **instant).then(
+                    run_explore, [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed],
+                    explore.outputs, api_name="explore", **model_queue)
+                stop_button.click(stop, None, None, api_name="stop", **instant)
 
             with gr.Tab("Race", id="race"):
                 gr.Markdown("Same prompt, model and budget through **autoregressive**, **balanced** (isotropic "
-                            "tree) and **goose** (spine tree); add more methods below. Greedy decoding.")
+                            "tree) and **goose** (spine tree); add more methods below. Greedy decoding. When they "
+                            "have run, the lanes replay them side by side at their measured pace.")
                 with gr.Row():
                     with gr.Column(scale=3):
                         race_prompt = gr.Textbox(label="Prompt", lines=6, elem_id="race-prompt")
                         gr.Examples(prompts, [race_prompt], example_labels=labels, label="Examples",
                                     elem_id="race-examples")
                     with gr.Column(scale=2):
-                        race_model = gr.Textbox(default_model, label="Model", info=MODEL_INFO,
-                                                elem_id="race-model")
+                        race_model = model_box(registry, default_model, "race-model")
                         extras = gr.CheckboxGroup(list(callbacks.EXTRA_RACE_METHODS), label="Also race")
                         race_budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                                   label="Node budget per tree")
-                        race_max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens")
-                        race_button = gr.Button("Race", variant="primary", elem_id="race-run")
-                badge = gr.HTML(elem_id="race-badge")
+                        race_max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens),
+                                                 step=1, label="Max new tokens", elem_id="race-max-new")
+                        with gr.Row():
+                            race_button = gr.Button("Race", variant="primary", elem_id="race-run")
+                            race_stop = gr.Button("Stop", variant="stop", elem_id="race-stop")
+                badge = gr.HTML(label="lossless badge", elem_id="race-badge")
+                lanes = gr.HTML(lanes_iframe(None), label="race lanes", elem_id="race-lanes")
+                race_download = gr.DownloadButton("Download this race as a JSON race trace", interactive=False,
+                                                  size="sm", elem_id="race-download")
                 with gr.Row():
                     speed = gr.Plot(label="tokens/s", elem_id="race-tps")
                     tau = gr.Plot(label="τ", elem_id="race-tau")
@@ -131,21 +189,26 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                     sources = gr.Plot(label="acceptance by source", elem_id="race-sources")
                 table = gr.Dataframe(headers=callbacks.RACE_COLUMNS, label="Numbers", interactive=False,
                                      elem_id="race-table")
-                race_button.click(partial(callbacks.race, registry),
-                                  [race_prompt, race_model, extras, race_budget, race_max_new],
-                                  [speed, tau, speedup, lengths, sources, table, badge],
-                                  concurrency_limit=1, concurrency_id="model")
+                race_button.click(arm, None, None, api_visibility="private", **instant).then(
+                    run_race, [race_prompt, race_model, extras, race_budget, race_max_new],
+                    [speed, tau, speedup, lengths, sources, table, badge, lanes, race_download], api_name="race",
+                    **model_queue)
+                race_stop.click(stop, None, None, api_visibility="undocumented", **instant)
 
             with gr.Tab("Replay", id="replay"):
-                gr.Markdown("Browse a saved trace without a model: upload one downloaded from Explore "
-                            "(or written by `goose.generate(...).save(path)`), or open a shipped example.")
+                gr.Markdown("Browse a saved trace without a model: upload a run trace downloaded from Explore "
+                            "(or written by `goose.generate(...).save(path)`) or a race trace downloaded from Race, "
+                            "or open a shipped example.")
                 with gr.Row():
                     upload = gr.File(label="Trace (.json)", file_types=[".json"], elem_id="replay-upload")
                     with gr.Column():
                         example = gr.Dropdown(callbacks.example_traces(), label="Example traces",
                                               value=next(iter(callbacks.example_traces()), None))
                         open_example = gr.Button("Open example", elem_id="replay-open")
+                replay_lanes = gr.HTML(lanes_iframe(None), label="race lanes", elem_id="replay-lanes")
                 replay = run_viewer("replay")
-                upload.upload(callbacks.load_trace, upload, replay.outputs)
-                open_example.click(callbacks.load_example_trace, example, replay.outputs)
+                upload.upload(callbacks.replay, upload, [*replay.outputs, replay_lanes], api_name="replay",
+                              concurrency_limit=None)
+                open_example.click(callbacks.load_example_trace, example, [*replay.outputs, replay_lanes],
+                                   api_name="replay_example", concurrency_limit=None)
     return demo

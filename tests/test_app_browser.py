@@ -1,4 +1,6 @@
-"""The app in a real headless Chromium: the tree draws offline, the scrubber moves it, the race charts render.
+"""The app in a real headless Chromium: the tree draws offline, the scrubber moves it, the race charts render,
+an unlisted model is refused, Stop leaves a browsable run, race lanes replay in the measured order and a
+100-node tree stays legible.
 
 Runs on a tiny random model by default (seconds); set GOOSE_BROWSER_MODEL=gemma-3-270m to drive the
 embedded model instead (for screenshots worth showing). Screenshots go to test-artifacts/.
@@ -21,6 +23,8 @@ LOCAL = ("data:", "blob:", "about:")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 MODEL = os.environ.get("GOOSE_BROWSER_MODEL", "tiny-gemma3")
 TIMEOUT_MS = 240_000 if MODEL != "tiny-gemma3" else 60_000
+SLOW = "slow-tiny"  # a tiny model that sleeps in every forward pass: runs long enough to stop
+MIN_LABEL_PX = 10
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(not shutil.which(CHROMIUM),
@@ -50,13 +54,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
-    from tiny import tiny_gemma3
+    from tiny import slow_tiny_gemma3, tiny_gemma3
 
     from app.models import ModelRegistry
     from app.ui import build_app
 
-    registry = ModelRegistry()
+    registry = ModelRegistry(allowed=[MODEL])  # the public policy: only listed (and registered) models
     registry.register("tiny-gemma3", tiny_gemma3(0))
+    registry.register(SLOW, slow_tiny_gemma3(0.03))
     registry.get(MODEL)  # load before the clock starts
     demo = build_app(registry, MODEL)
     port = _free_port()
@@ -149,12 +154,27 @@ def test_replay_refuses_an_upload_that_is_not_a_trace_then_opens_one(page, tmp_p
     page.wait_for_function("() => document.querySelector('#replay-text').innerText.includes('Thursday:')")
 
 
+def _choose(page, box: str, value: str) -> None:
+    """Type a value into a model dropdown (it takes typed names) and commit it."""
+    field = page.locator(f"#{box} input").first
+    field.fill(value)
+    field.press("Enter")
+
+
+def _no_toasts(page) -> None:
+    """Wait for error toasts to go (they pause while hovered, and they cover the buttons below them)."""
+    page.mouse.move(5, 5)
+    page.wait_for_function("() => !document.querySelector('.toast-item')", timeout=30_000)
+
+
 def test_errors_show_in_the_page_and_the_server_carries_on(page) -> None:
     page.get_by_role("tab", name="Explore").click()
-    page.locator("#explore-model textarea, #explore-model input").first.fill("/nonexistent/model")
+    page.locator("#explore-prompt textarea").fill("hello")
+    _choose(page, "explore-model", "/nonexistent/model")
     page.locator("#explore-run").click()
-    page.get_by_text("cannot load model '/nonexistent/model'").first.wait_for()
-    page.locator("#explore-model textarea, #explore-model input").first.fill(MODEL)
+    page.get_by_text("'/nonexistent/model' is not offered on this server").first.wait_for()
+    assert page.get_by_text("GOOSE_MODELS").count() >= 1
+    _choose(page, "explore-model", MODEL)
     page.locator("#explore-prompt textarea").fill("   ")
     page.locator("#explore-run").click()
     page.get_by_text("The prompt is empty").first.wait_for()
@@ -163,3 +183,144 @@ def test_errors_show_in_the_page_and_the_server_carries_on(page) -> None:
     page.locator("#explore-run").click()
     page.wait_for_function("() => document.querySelector('#explore-text').innerText.includes('is_perfect_square')"
                            " && document.querySelector('#explore-stats').innerText.includes('done')")
+    _no_toasts(page)
+
+
+def _set_number(page, slider: str, value: int) -> None:
+    field = page.locator(f"#{slider} input[type=number]")
+    field.fill(str(value))
+    field.press("Tab")
+
+
+def test_stop_ends_a_run_and_leaves_a_browsable_partial_run(page) -> None:
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-examples").get_by_role("button", name="Chat question").click()
+    _choose(page, "explore-model", SLOW)
+    _set_number(page, "explore-max-new", 400)
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('generating')")
+    # dispatched rather than clicked: Playwright's actionability checks can wait seconds on a page that
+    # streams, and the run would be over before the press
+    page.locator("#explore-stop").dispatch_event("click")
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('stopped after')")
+    made = int(page.locator("#explore-stats .stat-1").inner_text())
+    assert 0 < made < 400
+    first, ink = _tree(page, "explore", 0)
+    assert ink > 500
+    page.locator("#explore-next").click()
+    _tree(page, "explore", 1)
+    assert page.locator("#explore-download").is_enabled()
+    page.screenshot(path=str(ARTIFACTS / "stopped.png"), full_page=True)
+    _set_number(page, "explore-max-new", 24)  # the next run works
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('done')")
+    _choose(page, "explore-model", MODEL)
+
+
+LANES_JS = """() => ({
+  order: window.finishOrder.slice(),
+  lanes: window.LANES.map(l => ({method: l.method, wall: l.wall, total: l.tokens.length})),
+  shown: [...document.querySelectorAll('.lane')].map(l => l.querySelectorAll('.tok').length),
+})"""
+
+
+def test_race_lanes_animate_and_finish_in_the_measured_order(page) -> None:
+    page.get_by_role("tab", name="Race").click()
+    page.locator("#race-examples").get_by_role("button", name="Repetitive list").click()
+    _choose(page, "race-model", SLOW)
+    _set_number(page, "race-max-new", 24)
+    page.locator("#race-run").click()
+    page.wait_for_selector("#race-lanes iframe.goose-lanes")
+    frame = page.locator("#race-lanes iframe").element_handle().content_frame()
+    frame.wait_for_function("() => window.LANES !== undefined")
+    frame.select_option("#speed", "0.25")
+    frame.click("#again")
+    seen = []
+    while True:
+        state = frame.evaluate(LANES_JS)
+        seen.append(state["shown"])
+        if len(state["order"]) == len(state["lanes"]):
+            break
+        page.wait_for_timeout(40)
+    totals = [lane["total"] for lane in state["lanes"]]
+    assert any(0 < shown < total for snapshot in seen for shown, total in zip(snapshot, totals, strict=True)), \
+        "the text must grow token by token, not appear at once"
+    measured = [lane["method"] for lane in sorted(state["lanes"], key=lambda lane: lane["wall"])]
+    assert state["order"] == measured
+    assert state["shown"] == totals
+    assert "winner" in frame.locator(f'.lane[data-method="{measured[0]}"] .place').inner_text()
+    page.locator("#race-lanes").screenshot(path=str(ARTIFACTS / "race-lanes.png"))
+    _choose(page, "race-model", MODEL)
+
+
+LABELS_JS = """() => {
+  const canvas = document.querySelector('#mynetwork canvas');
+  const shrink = canvas.getBoundingClientRect().width / (canvas.width / window.devicePixelRatio);
+  const heights = network.body.data.nodes.getIds().map(
+      id => network.body.nodes[id].options.font.size * network.getScale() * shrink);
+  const root = network.canvasToDOM(network.getPosition(0));
+  const box = canvas.getBoundingClientRect();
+  return {nodes: heights.length, smallest: Math.min(...heights), root: {x: box.left + root.x, y: box.top + root.y},
+          scrolls: document.scrollingElement.scrollWidth > document.scrollingElement.clientWidth};
+}"""
+
+
+def hundred_node_step():
+    """A step whose tree has 100 nodes: a 70-node spine with branches off its first 29 nodes."""
+    from goose.trace import NodeRecord, StepRecord
+
+    nodes = [NodeRecord(token=0, text="root", source="root", parent=-1, depth=0, score=1.0, status="root")]
+    for depth in range(1, 71):
+        nodes.append(NodeRecord(token=depth, text=f"s{depth}", source="spine", parent=depth - 1, depth=depth,
+                                score=0.9, status="accepted" if depth <= 40 else "unvisited"))
+    for parent in range(29):
+        nodes.append(NodeRecord(token=100 + parent, text=f"b{parent}", source="branch", parent=parent,
+                                depth=parent + 1, score=0.3, status="rejected"))
+    return StepRecord(index=0, nodes=nodes, accepted=list(range(1, 41)), bonus_token=999, bonus_text="!",
+                      committed=list(range(1, 41)) + [999], draft_s=0.001, verify_s=0.01, budget=100)
+
+
+def test_a_hundred_node_tree_keeps_labels_legible_and_hoverable(page) -> None:
+    from app.tree_view import tree_iframe
+
+    step = hundred_node_step()
+    assert len(step.nodes) == 100
+    tab = page.context.browser.new_page(viewport={"width": 1400, "height": 1000})
+    tab.set_content(f"<html><body style='margin:0'>{tree_iframe(step)}</body></html>")
+    frame = tab.locator("iframe.goose-tree").element_handle().content_frame()
+    frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length > 1")
+    measured = frame.evaluate(LABELS_JS)
+    assert measured["nodes"] == 101  # and the bonus token
+    assert measured["smallest"] >= MIN_LABEL_PX, f"labels drawn {measured['smallest']:.1f} px high"
+    assert measured["scrolls"], "a long spine scrolls sideways instead of shrinking"
+    box = tab.locator("iframe.goose-tree").bounding_box()
+    tab.mouse.move(box["x"] + measured["root"]["x"], box["y"] + measured["root"]["y"])
+    frame.wait_for_selector(".vis-tooltip", state="visible")
+    assert "source: root" in frame.locator(".vis-tooltip").inner_text()
+    tab.screenshot(path=str(ARTIFACTS / "tree-100.png"))
+    tab.close()
+
+
+def test_a_second_visitor_waits_in_the_queue_and_sees_their_place(page, app_url: str) -> None:
+    other = page.context.browser.new_page(viewport={"width": 1400, "height": 1000})
+    other.set_default_timeout(TIMEOUT_MS)
+    other.goto(app_url, wait_until="domcontentloaded")
+    for visitor in (page, other):
+        visitor.get_by_role("tab", name="Explore").click()
+        visitor.locator("#explore-examples").get_by_role("button", name="Chat question").click()
+        _choose(visitor, "explore-model", SLOW)
+        _set_number(visitor, "explore-max-new", 300)
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('generating')")
+    other.locator("#explore-run").click()
+    other.locator(".progress-text", has_text="queue: 1/").first.wait_for()  # one model run at a time
+    assert "generating" not in other.locator("#explore-stats").inner_text()
+    other.screenshot(path=str(ARTIFACTS / "queue.png"))
+    page.locator("#explore-stop").dispatch_event("click")
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('stopped after')")
+    other.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('generating')")
+    other.locator("#explore-stop").dispatch_event("click")
+    other.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('stopped after')")
+    other.close()
+    _set_number(page, "explore-max-new", 64)
+    _choose(page, "explore-model", MODEL)

@@ -15,6 +15,7 @@ from tiny import tiny_gemma3, tiny_llama
 import goose
 from app import callbacks
 from app.models import ModelRegistry, canonical_name
+from app.race_trace import load_race
 from app.tree_view import strip_remote_resources, tree_iframe, tree_page
 from goose import bench, metrics
 
@@ -111,13 +112,15 @@ def test_scrubbing_moves_between_steps_and_clamps(run: goose.RunRecord) -> None:
 
 
 def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -> None:
-    *figures, table, badge = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["pld"], "16", 24,
-                                            progress=lambda *a, **k: None)
+    *figures, table, badge, lanes, download = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["pld"], "16",
+                                                             24, progress=lambda *a, **k: None)
     assert len(figures) == 5 and all(isinstance(f, go.Figure) for f in figures)
     assert list(table["method"]) == ["autoregressive", "pld", "balanced", "goose"]
     assert list(table["same tokens as AR"]) == ["yes"] * 4
     assert "goose-badge-ok" in badge and "lossless" in badge
     assert figures[0].data[0].x == ("autoregressive", "pld", "balanced", "goose")
+    assert lanes.startswith('<iframe class="goose-lanes"')
+    assert list(load_race(download.value["path"])) == list(table["method"])
 
 
 def test_badge_flags_a_method_whose_output_differs(run: goose.RunRecord) -> None:
@@ -207,8 +210,8 @@ def test_shipped_example_traces_load_and_stay_small() -> None:
     assert names, "assets/traces should ship at least one example trace"
     for name in names:
         assert (callbacks.EXAMPLE_TRACES / name).stat().st_size < 1_000_000
-        _, _, run, _, tree, _ = callbacks.load_example_trace(name)
-        assert run.steps and "iframe" in tree
+        _, _, run, _, tree, _, lanes = callbacks.load_example_trace(name)
+        assert run.steps and "iframe" in tree and "goose-lanes" in lanes
     with pytest.raises(gr.Error):
         callbacks.load_example_trace("nope.json")
 

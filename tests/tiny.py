@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+import time
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -61,3 +62,10 @@ def tiny_gemma3(seed: int = 0, sliding_window: int = 8, attn: str = "sdpa", eos:
                               # tied embeddings make a random Gemma echo its last input token forever
                               tie_word_embeddings=False)
     return _finish(Gemma3ForCausalLM(config), tokenizer, f"tiny-gemma3-{seed}", eos)
+
+
+def slow_tiny_gemma3(delay_s: float = 0.02) -> GooseModel:
+    """tiny_gemma3(0) whose every forward pass first sleeps `delay_s`: long enough runs to stop half-way."""
+    goose_model = tiny_gemma3(0)
+    goose_model.model.get_decoder().register_forward_pre_hook(lambda *_: time.sleep(delay_s))
+    return goose_model

@@ -1,0 +1,244 @@
+"""The app as a shared public server: model policy, operator limits, Stop, race lanes and race traces."""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+import weakref
+
+import gradio as gr
+import pytest
+from tiny import slow_tiny_gemma3, tiny_llama
+
+import goose
+from app import callbacks
+from app.limits import STOPPED, TIME_LIMIT, Limits
+from app.models import ModelNotAllowedError, ModelRegistry
+from app.race_lanes import lane_data, lanes_iframe, lanes_page
+from app.race_trace import RACE_FORMAT, load_race, race_to_dict, save_race
+from app.tokens import token_times
+from app.tree_view import tree_page
+
+LIST_PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the"
+NO_PROGRESS = {"progress": lambda *a, **k: None}
+
+
+def _no_download(name):
+    raise AssertionError(f"the loader was called for {name!r}: a refused model must not be fetched")
+
+
+@pytest.fixture(scope="module")
+def registry() -> ModelRegistry:
+    registry = ModelRegistry(loader=_no_download, allowed=["tiny-llama"])
+    registry.register("tiny-llama", tiny_llama(0))
+    registry.register("slow", slow_tiny_gemma3(0.01))
+    return registry
+
+
+@pytest.fixture(scope="module")
+def race_runs(registry: ModelRegistry) -> dict[str, goose.RunRecord]:
+    model = registry.get("tiny-llama")
+    return {m: goose.generate(model, LIST_PROMPT, m, 24, 16) for m in ("autoregressive", "balanced", "goose")}
+
+
+# ---------------------------------------------------------------- model policy
+
+def test_unset_policy_offers_the_embedded_model_only() -> None:
+    registry = ModelRegistry.from_env({}, loader=_no_download)
+    assert registry.choices == [goose.DEFAULT_MODEL] and not registry.allows_any
+    with pytest.raises(ModelNotAllowedError, match="GOOSE_MODELS"):
+        registry.get("meta-llama/Llama-3.1-70B")
+    assert ModelRegistry.from_env({"GOOSE_ALLOW_ANY_MODEL": "1"}).allows_any
+
+
+def test_a_model_outside_the_list_is_refused_at_once_naming_goose_models(registry: ModelRegistry) -> None:
+    with pytest.raises(gr.Error, match="GOOSE_MODELS") as refused:
+        next(callbacks.explore(registry, LIST_PROMPT, "meta-llama/Llama-3.1-70B", "goose", "auto", 8))
+    assert "tiny-llama" in refused.value.message
+    with pytest.raises(gr.Error, match="not offered"):
+        callbacks.race(registry, LIST_PROMPT, "/etc", [], "auto", 8, **NO_PROGRESS)
+
+
+def test_models_from_the_environment_and_factories_are_offered() -> None:
+    registry = ModelRegistry.from_env({"GOOSE_MODELS": "a/b, c/d", "GOOSE_MODEL_FACTORIES": "tiny=tiny:tiny_llama",
+                                       "GOOSE_MAX_MODELS": "2"}, loader=_no_download)
+    assert registry.choices == ["a/b", "c/d", "tiny"] and registry.max_models == 2
+    assert registry.get("tiny").name == "tiny-llama-0"
+    for bad in ({"GOOSE_MAX_MODELS": "0"}, {"GOOSE_MAX_MODELS": "many"}, {"GOOSE_MODEL_FACTORIES": "tiny"}):
+        with pytest.raises(ValueError, match="GOOSE_M"):
+            ModelRegistry.from_env(bad)
+
+
+def test_the_registry_keeps_at_most_max_models_and_frees_the_rest() -> None:
+    calls = []
+
+    def loader(name):
+        calls.append(name)
+        return tiny_llama(len(calls))
+
+    registry = ModelRegistry(loader=loader, allowed=["m1", "m2", "m3", goose.DEFAULT_MODEL], max_models=2)
+    first = weakref.ref(registry.get("m1"))
+    registry.get("m2")
+    registry.get("m1")  # m1 used last: m2 is the one to go
+    registry.get(goose.DEFAULT_MODEL)  # the embedded model does not count
+    registry.get("m3")
+    assert registry.loaded() == ["m1", goose.DEFAULT_MODEL, "m3"]
+    registry.get("m2")
+    assert registry.loaded() == [goose.DEFAULT_MODEL, "m3", "m2"]
+    gc.collect()
+    assert first() is None, "an evicted model must be freed, not kept alive somewhere"
+    assert calls == ["m1", "m2", None, "m3", "m2"]
+
+
+# ---------------------------------------------------------------- limits
+
+def test_limits_come_from_the_environment_and_are_shown() -> None:
+    limits = Limits.from_env({"GOOSE_MAX_PROMPT_TOKENS": "100", "GOOSE_MAX_NEW_TOKENS": "64",
+                              "GOOSE_MAX_BUDGET": "32", "GOOSE_MAX_RUN_SECONDS": "2.5"})
+    assert limits == Limits(100, 64, 32, 2.5)
+    assert all(text in limits.describe() for text in ("100", "64", "32", "2.5 s"))
+    assert Limits.from_env({}) == Limits()
+    with pytest.raises(ValueError, match="GOOSE_MAX_NEW_TOKENS"):
+        Limits.from_env({"GOOSE_MAX_NEW_TOKENS": "0"})
+    with pytest.raises(ValueError, match="GOOSE_MAX_RUN_SECONDS"):
+        Limits.from_env({"GOOSE_MAX_RUN_SECONDS": "soon"})
+
+
+@pytest.mark.parametrize(("prompt", "budget", "new", "message"), [
+    ("x" * 41, "auto", 8, "at most 40 prompt tokens"),
+    (LIST_PROMPT[:30], "17", 8, "at most 16 nodes"),
+    (LIST_PROMPT[:30], "auto", 9, "between 1 and 8"),
+])
+def test_a_visitor_cannot_exceed_the_limits(registry: ModelRegistry, prompt, budget, new, message) -> None:
+    limits = Limits(max_prompt_tokens=40, max_new_tokens=8, max_budget=16)
+    with pytest.raises(gr.Error, match=message):
+        list(callbacks.explore(registry, prompt, "tiny-llama", "goose", budget, new, limits=limits))
+    with pytest.raises(gr.Error, match=message):
+        callbacks.race(registry, prompt, "tiny-llama", [], budget, new, limits=limits, **NO_PROGRESS)
+
+
+def test_the_time_limit_stops_a_run_cleanly_and_keeps_what_it_made(registry: ModelRegistry) -> None:
+    text, stats, run, _, tree, download = list(callbacks.explore(
+        registry, LIST_PROMPT, "slow", "goose", "8", 400, limits=Limits(max_run_s=0.3)))[-1]
+    assert run.stop_reason == TIME_LIMIT and 0 < run.totals.new_tokens < 400
+    assert "limit of 0.3 s" in stats and tree.startswith("<iframe")
+    assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
+    full = goose.generate(registry.get("slow"), LIST_PROMPT, "goose", 400, 8)
+    assert full.tokens[:len(run.tokens)] == run.tokens, "a stopped run is a prefix of the full one"
+
+
+# ---------------------------------------------------------------- Stop
+
+def test_stop_ends_the_run_within_one_step_and_the_next_run_works(registry: ModelRegistry) -> None:
+    updates = callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 400, session="visitor")
+    next(updates)  # the first step has streamed to the page
+    callbacks.stop("visitor")
+    text, stats, run, slider, tree, download = list(updates)[-1]
+    assert run.stop_reason == STOPPED and "stopped after" in stats
+    assert len(run.steps) == 1, "the run must end right after the step in flight"
+    assert "tok-" in text and tree.startswith("<iframe") and slider.maximum >= 0
+    assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
+    again = list(callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 24, session="visitor"))[-1][2]
+    assert again.stop_reason == "max_new_tokens" and again.totals.new_tokens == 24
+
+
+def test_stop_belongs_to_one_session(registry: ModelRegistry) -> None:
+    callbacks.stop("someone-else")
+    run = list(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, session="me"))[-1][2]
+    assert run.stop_reason == "max_new_tokens"
+    callbacks.arm("someone-else")
+
+
+def test_a_stopped_race_shows_what_ran_and_compares_only_finished_runs(registry: ModelRegistry) -> None:
+    callbacks.stop("racer")  # pressed while the race waits in the queue: it runs one step, then stops
+    *_, table, badge, lanes, download = callbacks.race(registry, LIST_PROMPT, "slow", [], "8", 200,
+                                                       session="racer", **NO_PROGRESS)
+    assert list(table["method"]) == ["autoregressive"]
+    assert "Race cut short" in badge and "balanced" in badge and "goose-badge-bad" not in badge
+    runs = load_race(download.value["path"])
+    assert runs["autoregressive"].stop_reason == STOPPED and len(runs["autoregressive"].steps) == 1
+    assert "goose-lanes" in lanes
+
+
+# ---------------------------------------------------------------- race lanes and traces
+
+def test_token_times_grow_to_the_measured_wall_time(race_runs) -> None:
+    for run in race_runs.values():
+        times = token_times(run)
+        assert len(times) == len(run.tokens) and times == sorted(times)
+        assert times[0] == pytest.approx(run.totals.prefill_s) and times[-1] == pytest.approx(run.totals.wall_s)
+
+
+def test_lanes_replay_every_method_offline(race_runs, registry: ModelRegistry) -> None:
+    page = lanes_page(race_runs)
+    assert not re.search(r"(src|href)\s*=\s*[\"']?https?://", page, re.IGNORECASE)
+    data = json.loads(re.search(r'id="race-data">(.*?)</script>', page, re.DOTALL).group(1))
+    assert [lane["method"] for lane in data] == list(race_runs)
+    for lane, run in zip(data, race_runs.values(), strict=True):
+        assert [text for text, _, _ in lane["tokens"]] == registry.get("tiny-llama").token_texts(run.tokens)
+        assert lane["wall"] == pytest.approx(run.totals.wall_s, abs=1e-5)
+    assert {kind for lane in lane_data(race_runs) for _, kind, _ in lane["tokens"]} >= {"prefill", "bonus"}
+    assert "srcdoc=" in lanes_iframe(race_runs) and "Run a race" in lanes_iframe(None)
+
+
+def test_a_race_trace_round_trips_and_other_files_are_refused(race_runs, tmp_path) -> None:
+    path = tmp_path / "race.json"
+    save_race(race_runs, path)
+    assert json.loads(path.read_text())["format"] == RACE_FORMAT
+    loaded = load_race(path)
+    assert {m: r.tokens for m, r in loaded.items()} == {m: r.tokens for m, r in race_runs.items()}
+    single = tmp_path / "run.json"
+    race_runs["goose"].save(single)
+    with pytest.raises(ValueError, match="single run's trace"):
+        load_race(single)
+    bad = tmp_path / "bad.json"
+    for content in ('{"format": "goose-race/1", "runs": {}}', "[1, 2]", "not json"):
+        bad.write_text(content)
+        with pytest.raises(ValueError, match="not a Goose race trace"):
+            load_race(bad)
+
+
+def test_replay_opens_a_race_trace_with_its_lanes_and_a_run_trace_with_one(race_runs, tmp_path) -> None:
+    path = tmp_path / "race.json"
+    path.write_text(json.dumps(race_to_dict(race_runs)))
+    text, stats, run, _, tree, _, lanes = callbacks.replay(str(path))
+    assert run.method == "goose" and "race of autoregressive, balanced, goose" in stats
+    assert lanes.count("data-method=") == 3
+    single = tmp_path / "run.json"
+    race_runs["balanced"].save(single)
+    *_, lanes = callbacks.replay(str(single))
+    assert lanes.count("data-method=") == 1
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "goose-race/1", "runs": {"goose": {"format": "goose-trace/1"}}}')
+    with pytest.raises(gr.Error, match="not a Goose trace"):
+        callbacks.replay(str(broken))
+
+
+def test_old_trace_downloads_are_deleted_when_new_ones_are_written(tmp_path) -> None:
+    old = callbacks.fresh_trace_folder(tmp_path, keep_s=3600)
+    (old / "trace.json").write_text("{}")
+    recent = callbacks.fresh_trace_folder(tmp_path, keep_s=3600)
+    assert old.exists() and recent.exists()
+    newest = callbacks.fresh_trace_folder(tmp_path, keep_s=0.0)
+    assert not old.exists() and not recent.exists() and newest.exists()
+
+
+# ---------------------------------------------------------------- readable trees and the page
+
+def test_tree_page_draws_at_full_size_and_scrolls(race_runs) -> None:
+    page = tree_page(race_runs["goose"].steps[0])
+    assert "network.setSize" in page and "scale: 1" in page
+    assert '"zoomView": false' in page and '"hover": true' in page
+
+
+def test_the_page_names_its_api_and_shows_the_limits(registry: ModelRegistry) -> None:
+    from app.ui import build_app
+
+    demo = build_app(registry, "tiny-llama", Limits(max_new_tokens=77))
+    names = {fn.api_name for fn in demo.fns.values()}
+    assert {"explore", "race", "replay", "stop"} <= names
+    config = demo.get_config_file()
+    assert any("77 new tokens" in str(c.get("props", {}).get("value", "")) for c in config["components"])
+    dropdowns = [c for c in config["components"] if c.get("props", {}).get("elem_id") == "explore-model"]
+    assert dropdowns[0]["type"] == "dropdown" and dropdowns[0]["props"]["choices"][0][0] == "tiny-llama"
