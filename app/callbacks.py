@@ -37,8 +37,13 @@ DEFAULT_LIMITS = Limits()
 MAX_BUDGET = DEFAULT_LIMITS.max_budget
 MAX_NEW_TOKENS = DEFAULT_LIMITS.max_new_tokens
 STOPS = StopSwitches()  # the Stop switch of every session of this server process
-RACE_METHODS = ("autoregressive", "balanced", "goose")
-EXTRA_RACE_METHODS = ("pld", "recycling")
+RACE_METHODS = ("autoregressive", "balanced", "goose")  # always raced: the baseline, the control and the spine tree
+
+
+def extra_race_methods() -> list[str]:
+    """Every other registered method, offered as an extra racer."""
+    return [method for method in goose.METHODS if method not in RACE_METHODS]
+
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
 STREAM_INTERVAL_S = 0.15  # how often a streaming run refreshes the page
@@ -377,9 +382,10 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     the server's time limit (for the whole race) end the current method between two steps and
     skip the rest; what ran is shown."""
     prompt = check_prompt(prompt)
-    unknown = [m for m in extra_methods or [] if m not in EXTRA_RACE_METHODS]
+    extras = extra_race_methods()
+    unknown = [m for m in extra_methods or [] if m not in extras]
     if unknown:
-        raise gr.Error(f"Unknown method(s) {', '.join(unknown)}; extras are {', '.join(EXTRA_RACE_METHODS)}.")
+        raise gr.Error(f"Unknown method(s) {', '.join(unknown)}; extras are {', '.join(extras)}.")
     methods = [m for m in goose.METHODS if m in RACE_METHODS or m in (extra_methods or [])]
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import html
 import json
 
-from app.charts import METHOD_COLOURS
 from app.tokens import TOKEN_KINDS, token_spans, token_times
+from goose.charts import method_colour
 from goose.trace import RunRecord
 
 SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -92,7 +92,7 @@ def lane_data(runs: dict[str, RunRecord]) -> list[dict]:
     for method, run in runs.items():
         spans = token_spans(run)
         tokens = [[text, kind, round(t, 6)] for (text, kind, _), t in zip(spans, token_times(run), strict=True)]
-        lanes.append({"method": method, "colour": METHOD_COLOURS.get(method, "#9ca3af"),
+        lanes.append({"method": method, "colour": method_colour(method),
                       "wall": round(max([run.totals.wall_s, *(t for *_, t in tokens)]), 6), "tokens": tokens,
                       "stop": run.stop_reason})
     return lanes

@@ -168,7 +168,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                     elem_id="race-examples")
                     with gr.Column(scale=2):
                         race_model = model_box(registry, default_model, "race-model")
-                        extras = gr.CheckboxGroup(list(callbacks.EXTRA_RACE_METHODS), label="Also race")
+                        extras = gr.CheckboxGroup(callbacks.extra_race_methods(), label="Also race")
                         race_budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                                   label="Node budget per tree")
                         race_max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens),

@@ -144,7 +144,7 @@ def _visitor(server: Server, index: int) -> list[tuple[str, tuple, object]]:
 
     client = server.client()
     prompt = PROMPTS[index % len(PROMPTS)]
-    method = goose.METHODS[index % len(goose.METHODS)]
+    method = list(goose.METHODS)[index % len(goose.METHODS)]
     budget = ("8", "auto", "16")[index % 3]
     jobs = [("explore", (prompt, method, budget, MAX_NEW, {}), _explore(client, prompt, method=method, budget=budget,
                                                                          max_new=MAX_NEW)),

@@ -73,6 +73,25 @@ def test_a_registered_toy_method_runs_in_the_bench(toy_method):
     assert toy.tau > 1.0 and toy.lossless
 
 
+def test_a_registered_toy_method_is_offered_and_run_by_the_app(toy_method):
+    import gradio as gr
+
+    from app import callbacks
+    from app.models import ModelRegistry
+    from app.ui import build_app
+
+    registry = ModelRegistry()
+    registry.register("tiny-llama", tiny_llama(3))
+    demo = build_app(registry, "tiny-llama")
+    choices = {component.label: [value for value, _ in component.choices] for component in demo.blocks.values()
+               if isinstance(component, (gr.Dropdown, gr.CheckboxGroup)) and component.label in ("Method",
+                                                                                                 "Also race")}
+    assert toy_method in choices["Method"] and toy_method in choices["Also race"]
+    *_, (text, stats, run, *_) = callbacks.explore(registry, PROMPTS[0], "tiny-llama", toy_method, "8", 24)
+    assert run.method == toy_method and run.tokens == goose.generate(registry.get("tiny-llama"), PROMPTS[0],
+                                                                       "autoregressive", 24, 1).tokens
+
+
 def test_unregistered_method_is_refused_by_name(toy_method):
     del METHODS[toy_method]
     with pytest.raises(ValueError, match="unknown method 'toy-argmax-chain'"):
