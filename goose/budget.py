@@ -1,4 +1,4 @@
-"""Hardware-aware tree budgets and shapes (issue: speed). DESIGN.md §4: the tree that wins is measured, not assumed.
+"""Hardware-aware tree budgets and shapes (issue: speed): the tree that wins is measured, not assumed.
 
 Two measurements decide each step's tree:
   cost(n)             seconds of one verification pass of n tree nodes on this device
@@ -62,24 +62,24 @@ def height_below(tree: DraftTree, node: int) -> int:
     return deepest - tree.depths[node]
 
 
-def expected_acceptance(tree: DraftTree, greedy: Sequence[int], mean: float) -> tuple[float, bool]:
-    """What `tree` is expected to accept given the revealed continuation `greedy`; True if censored.
+def expected_acceptance(tree: DraftTree, greedy: Sequence[int], mean: float) -> float:
+    """What `tree` is expected to accept, given that the target's continuation starts with `greedy`.
 
     Exact when the walk stops inside `greedy` or at a leaf. Otherwise the walk
-    consumed all c known tokens and would go on: the acceptance X is only known
-    to satisfy c <= X <= c + h (h the height below the node reached). It is then
-    scored as E[X | X >= c] under a memoryless (geometric) model of acceptance
-    with this key's current mean m: every further level is accepted with
-    probability p = m / (1 + m), so E[X | X >= c] = c + sum_{k=1..h} p^k.
-    Scoring it as c (the naive value) under-scores exactly the bigger trees
-    that were not verified, and a tree that is never chosen never corrects it.
+    consumed all c known tokens and would go on: a censored observation, the
+    acceptance X only known to lie in [c, c + h] (h: the height below the node
+    reached). It is scored as E[X | X >= c] under a memoryless (geometric) model
+    of acceptance with this key's current mean m (each further level accepted
+    with probability p = m / (1 + m)), capped by the tree: c + sum_{k=1..h} p^k.
+    m itself holds earlier such scores: an online EM step, deterministic.
+    Scoring it as c (the bound) would under-score exactly the bigger trees that
+    were not verified, and a tree that is never chosen would never correct it.
     """
     node, length = _walk(tree, greedy)
     if length < len(greedy) or not tree.children[node]:
-        return float(length), False
+        return float(length)
     p = mean / (1.0 + mean)
-    height = height_below(tree, node)
-    return length + p * (1.0 - p ** height) / (1.0 - p), True
+    return length + p * (1.0 - p ** height_below(tree, node)) / (1.0 - p)
 
 
 def _cost_key(goose_model, threads: int) -> str:
@@ -263,8 +263,8 @@ class BudgetTuner:
             if estimate is None:
                 reference = self.estimates.get((self.start, key[1]))
                 estimate = self.estimates[key] = _Estimate(reference.accepted if reference else 0.0, 0.0)
-            accepted, _ = expected_acceptance(tree, greedy, estimate.accepted)
-            estimate.update(accepted, interpolate_cost(self.costs, len(tree)), self.decay)
+            estimate.update(expected_acceptance(tree, greedy, estimate.accepted),
+                            interpolate_cost(self.costs, len(tree)), self.decay)
 
 
 def tuner_for(goose_model, method: str) -> BudgetTuner:
