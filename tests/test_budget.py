@@ -214,3 +214,37 @@ def test_a_corrupt_cost_cache_is_measured_again_and_replaced_whole(tmp_path, mea
     path.write_text("{not json")
     assert cost_table(tiny_llama(0), path) == {2: 0.01, 4: 0.02}
     assert measured and len(json.loads(path.read_text())) == 1
+
+
+def test_a_shape_knob_set_by_the_caller_is_kept():
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (4, 8, 16)})
+    drafter = SpineTree(goose.GooseConfig(max_branch_depth=4), tuner)
+    assert drafter.pinned == {"max_branch_depth": 4}
+    for _ in range(12):
+        state = DraftState(0, None, ContextMatch(TARGET[:20], 0.0), Successors(), drafter.spine_acceptance)
+        tree, _ = drafter.draft(state)
+        accepted = budget_module.accepted_length(tree, TARGET)
+        drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
+        assert all(shape[2] == 4 for shape, _ in tuner.candidates(drafter.pinned))
+    assert tuner.best(drafter.pinned)[0][2] == 4
+
+
+class CountingSpineTree(SpineTree):
+    builds = 0
+
+    def build(self, state, budget):
+        CountingSpineTree.builds += 1
+        return super().build(state, budget)
+
+
+def test_equal_trees_are_built_once_per_step():
+    """Without a context match the spine knobs change nothing, and the drafted tree is reused."""
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (2, 3, 4, 8)})
+    drafter = CountingSpineTree(goose.GooseConfig(), tuner)
+    state = DraftState(0, None, ContextMatch(), Successors(), drafter.spine_acceptance)
+    tree, _ = drafter.draft(state)
+    assert tuner.best() == (tuner.start, 8)
+    assert len(tuner.candidates()) == 4 + 2 + 2 + 2 + 1  # 4 budgets; spine share, rho, depth, width neighbours
+    CountingSpineTree.builds = 0
+    drafter.observe(state, tree, [], [7])
+    assert CountingSpineTree.builds == 3 + 2 + 1  # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6
