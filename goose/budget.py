@@ -1,25 +1,28 @@
-"""Hardware-aware tree budgets (issue: speed). DESIGN.md §4: the budget that wins is measured, not assumed.
+"""Hardware-aware tree budgets and shapes (issue: speed): the tree that wins is measured, not assumed.
 
-Two measurements decide the budget:
-  cost(n)      seconds of one verification pass of n tree nodes on this device
-               (measured once per model, device and thread count; cached on disk);
-  accepted(n)  draft tokens a tree of n nodes gets accepted, learnt while decoding.
+Two measurements decide each step's tree:
+  cost(n)             seconds of one verification pass of n tree nodes on this device
+                      (measured once per model, device and thread count; cached on disk);
+  accepted(shape, n)  draft tokens the tree of that shape and base budget gets accepted,
+                      learnt while decoding.
 
 The second needs no exploration. Greedy acceptance depends only on the target's
 greedy continuation g: a tree accepts the longest prefix of g that is one of
 its paths. Each verified step reveals g up to its bonus token, so the trees
-every candidate budget *would* have built from the same state can be scored
-against it (exactly, or as a lower bound when a tree holds all of the known g).
-The next step then uses the budget with the most expected tokens per second:
-(1 + accepted(n)) / cost(n).
+other shapes and budgets *would* have built from the same state can be scored
+against it: exactly, or, when a tree holds all of the known g and goes on
+below it, as a lower bound (see `BudgetTuner.observe`). The next step uses the
+shape and budget with the most expected tokens per second: (1 + accepted) / cost.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -28,16 +31,55 @@ from goose.tree import DraftTree
 BUDGET_GRID = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 COST_FORMAT = 1
 
+Shape = tuple  # one value per tuned knob, in the tuner's knob order
+Key = tuple[Shape, int]  # (shape, base budget)
+
 
 def accepted_length(tree: DraftTree, greedy: Sequence[int]) -> int:
     """Draft tokens the greedy walk accepts when the target's continuation starts with `greedy`."""
+    return _walk(tree, greedy)[1]
+
+
+def _walk(tree: DraftTree, greedy: Sequence[int]) -> tuple[int, int]:
+    """The node where the greedy walk along `greedy` stops, and the tokens it accepted on the way."""
     node, length = 0, 0
     for token in greedy:
         child = tree.children[node].get(token)
         if child is None:
             break
         node, length = child, length + 1
-    return length
+    return node, length
+
+
+def height_below(tree: DraftTree, node: int) -> int:
+    """Depth of the deepest node under `node`, counted from it (0 for a leaf)."""
+    inside = {node}
+    deepest = tree.depths[node]
+    for i in range(node + 1, len(tree)):  # parents come before their children
+        if tree.parents[i] in inside:
+            inside.add(i)
+            deepest = max(deepest, tree.depths[i])
+    return deepest - tree.depths[node]
+
+
+def expected_acceptance(tree: DraftTree, greedy: Sequence[int], mean: float) -> float:
+    """What `tree` is expected to accept, given that the target's continuation starts with `greedy`.
+
+    Exact when the walk stops inside `greedy` or at a leaf. Otherwise the walk
+    consumed all c known tokens and would go on: a censored observation, the
+    acceptance X only known to lie in [c, c + h] (h: the height below the node
+    reached). It is scored as E[X | X >= c] under a memoryless (geometric) model
+    of acceptance with this key's current mean m (each further level accepted
+    with probability p = m / (1 + m)), capped by the tree: c + sum_{k=1..h} p^k.
+    m itself holds earlier such scores: an online EM step, deterministic.
+    Scoring it as c (the bound) would under-score exactly the bigger trees that
+    were not verified, and a tree that is never chosen would never correct it.
+    """
+    node, length = _walk(tree, greedy)
+    if length < len(greedy) or not tree.children[node]:
+        return float(length)
+    p = mean / (1.0 + mean)
+    return length + p * (1.0 - p ** height_below(tree, node)) / (1.0 - p)
 
 
 def _cost_key(goose_model, threads: int) -> str:
@@ -94,30 +136,140 @@ def cost_table(goose_model, cache_file: str | os.PathLike | None = None) -> dict
     return {int(n): c for n, c in table[key].items()}
 
 
+def interpolate_cost(costs: Mapping[int, float], size: int) -> float:
+    """Cost of a `size`-node pass from the measured grid: linear between grid points, the
+    smallest cost below the grid, the last segment's slope (never falling) above it."""
+    sizes = sorted(costs)
+    if size <= sizes[0]:
+        return costs[sizes[0]]
+    if size >= sizes[-1]:
+        if len(sizes) == 1:
+            return costs[sizes[0]] * size / sizes[0]
+        low, high = sizes[-2], sizes[-1]
+        return costs[high] + max(0.0, (costs[high] - costs[low]) / (high - low)) * (size - high)
+    i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
+    low, high = sizes[i - 1], sizes[i]
+    return costs[low] + (costs[high] - costs[low]) * (size - low) / (high - low)
+
+
+class _Estimate:
+    """Running means of one (shape, budget): accepted tokens and verification cost of its trees."""
+
+    __slots__ = ("accepted", "cost", "count")
+
+    def __init__(self, accepted: float, cost: float) -> None:
+        self.accepted, self.cost, self.count = accepted, cost, 0
+
+    def update(self, accepted: float, cost: float, decay: float) -> None:
+        self.count += 1
+        rate = max(decay, 1.0 / self.count)  # a running mean at first, then an EMA
+        self.accepted += rate * (accepted - self.accepted)
+        self.cost += rate * (cost - self.cost)
+
+    @property
+    def rate(self) -> float:
+        """Expected tokens per second: the accepted drafts plus the bonus token, per pass."""
+        return (1.0 + self.accepted) / self.cost
+
+
 class BudgetTuner:
-    """Picks each step's budget from measured costs and counterfactual acceptance."""
+    """Picks each step's tree shape and budget from measured costs and counterfactual acceptance.
 
-    def __init__(self, costs: dict[int, float], decay: float = 0.05) -> None:
+    knobs: the shape grid, GooseConfig field -> candidate values in order (empty: budget only),
+    set by the method's drafter (`set_knobs`); start: every knob's starting value.
+    Every step scores, against the revealed continuation, the trees the current best shape
+    would have built at every budget and those of its grid neighbours (one knob moved one
+    place) near the current best budget: a coordinate-wise search that costs no verification.
+    A key competes once it has `min_count` observations (the starting shape's budgets from a
+    weak prior). Its cost is that of the trees it really builds (a tree may fall short of its
+    budget, or grow with confidence), read off the measured table. `pinned` knobs (set by the
+    caller) are never moved.
+    """
+
+    def __init__(self, costs: Mapping[int, float], knobs: Mapping[str, Sequence[Any]] | None = None,
+                 start: Mapping[str, Any] | None = None, decay: float = 0.05, min_count: int = 4) -> None:
         self.costs = dict(sorted(costs.items()))
-        self.decay = decay
-        # a weak prior (a few accepted tokens for big trees) until steps are seen
-        self.accepted = {n: 0.4 * (n ** 0.5 - 1) for n in self.costs}
+        self.decay, self.min_count = decay, min_count
         self.steps = 0
+        self.set_knobs(knobs or {}, start or {})
 
-    def best(self) -> int:
-        return max(self.costs, key=lambda n: (1.0 + self.accepted[n]) / self.costs[n])
+    def set_knobs(self, knobs: Mapping[str, Sequence[Any]], start: Mapping[str, Any]) -> None:
+        """Tune these shape knobs from `start` on (forgets what was learnt: call it before any step)."""
+        self.knobs = {name: tuple(values) for name, values in knobs.items()}
+        self.start: Shape = tuple(start.get(name, values[0]) for name, values in self.knobs.items())
+        self.estimates: dict[Key, _Estimate] = {}
+        self._best: dict[tuple, Key] = {}  # per pinned knobs, until the next observation
+        self._prior(self.start)
 
-    def observe(self, trees: dict[int, DraftTree], greedy: Sequence[int]) -> None:
-        """Score the tree each budget would have built against the continuation this step revealed."""
+    def _prior(self, shape: Shape) -> None:
+        """A weak prior for every budget of `shape` (a few accepted tokens for big trees) until steps are seen."""
+        for n, cost in self.costs.items():
+            self.estimates.setdefault((shape, n), _Estimate(0.4 * (n ** 0.5 - 1), cost))
+
+    def _start(self, pinned: Mapping[str, Any]) -> Shape:
+        shape = tuple(pinned.get(name, value) for name, value in zip(self.knobs, self.start))
+        self._prior(shape)
+        return shape
+
+    def best(self, pinned: Mapping[str, Any] | None = None) -> Key:
+        """The (shape, budget) with the most expected tokens per second, among the keys seen
+        enough (and the starting shape's) that keep the pinned knobs."""
+        pinned = pinned or {}
+        memo = tuple(sorted(pinned.items()))
+        if memo in self._best:
+            return self._best[memo]
+        start = self._start(pinned)
+        fixed = [(i, pinned[name]) for i, name in enumerate(self.knobs) if name in pinned]
+        eligible = ((key, e) for key, e in self.estimates.items()
+                    if (e.count >= self.min_count or key[0] == start) and all(key[0][i] == v for i, v in fixed))
+        self._best[memo] = max(eligible, key=lambda item: item[1].rate)[0]
+        return self._best[memo]
+
+    def shape_overrides(self, shape: Shape) -> dict[str, Any]:
+        """A shape as GooseConfig overrides."""
+        return dict(zip(self.knobs, shape))
+
+    def candidates(self, pinned: Mapping[str, Any] | None = None) -> list[Key]:
+        """The keys to score this step: every budget of the best shape, then its grid neighbours at
+        the best budget on even steps and at the next bigger one on odd steps (a shape may only
+        pay off in a bigger tree than the current shape's best)."""
+        pinned = pinned or {}
+        shape, budget = self.best(pinned)
+        keys = [(shape, n) for n in self.costs]
+        budgets = list(self.costs)
+        budget = budgets[min(budgets.index(budget) + self.steps % 2, len(budgets) - 1)]
+        for i, (name, values) in enumerate(self.knobs.items()):
+            if name in pinned or shape[i] not in values:
+                continue
+            j = values.index(shape[i])
+            keys.extend(((*shape[:i], values[k], *shape[i + 1:]), budget) for k in (j - 1, j + 1)
+                        if 0 <= k < len(values))
+        return keys
+
+    def observe(self, trees: Mapping[Key, DraftTree], greedy: Sequence[int]) -> None:
+        """Score the tree each key would have built against the continuation this step revealed.
+
+        A tree that holds all of the revealed continuation and goes on below it is a
+        censored observation: `expected_acceptance` scores it by its expected acceptance
+        given the lower bound, not by the bound. Over-scoring corrects itself (the chosen
+        key's own tree never holds its bonus token, so it is always scored exactly);
+        under-scoring a key that is then never chosen would not. A key seen for the first
+        time starts from the starting shape's estimate at its budget.
+        """
         self.steps += 1
-        rate = max(self.decay, 1.0 / self.steps)  # a running mean at first, then an EMA
-        for n, tree in trees.items():
-            self.accepted[n] += rate * (accepted_length(tree, greedy) - self.accepted[n])
+        self._best.clear()
+        for key, tree in trees.items():
+            estimate = self.estimates.get(key)
+            if estimate is None:
+                reference = self.estimates.get((self.start, key[1]))
+                estimate = self.estimates[key] = _Estimate(reference.accepted if reference else 0.0, 0.0)
+            estimate.update(expected_acceptance(tree, greedy, estimate.accepted),
+                            interpolate_cost(self.costs, len(tree)), self.decay)
 
 
 def tuner_for(goose_model, method: str) -> BudgetTuner:
     """One tuner per model and method, kept on the model so acceptance carries across runs."""
-    tuners = goose_model.__dict__.setdefault("_budget_tuners", {})
+    tuners: dict[str, BudgetTuner] = goose_model.__dict__.setdefault("_budget_tuners", {})
     if method not in tuners:
         tuners[method] = BudgetTuner(cost_table(goose_model))
     return tuners[method]

@@ -3,18 +3,21 @@
 The decoding loop (goose.decode) knows a method only through its drafter:
 `draft(state)` turns the sources' state at one step into a tree and its node
 budget; `observe(...)` sees the verified step and updates whatever the drafter
-learns from it (the spine-acceptance EMA of §1 step 1, the budget tuner).
+learns from it (the spine-acceptance EMA of §1 step 1, the tuner of its budget
+and shape). `shape_grid` names the GooseConfig knobs that shape a method's
+tree and the values the tuner may try for them.
 `METHODS` is the registry: the loop, the CLI, the bench and the app list the
 methods from it, so adding a method is one registered class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-from goose.budget import BudgetTuner
+from goose.budget import BudgetTuner, Shape
 from goose.config import GooseConfig
 from goose.sources import ContextMatch
 from goose.tree import (
@@ -57,43 +60,80 @@ class Drafter:
     uses_context:   the loop queries the context matcher for this method.
     uses_adjacency: the loop keeps and refreshes an adjacency table for it.
     speculative:    False for the baseline that drafts nothing (no budget tuner either).
+    shape_grid:     GooseConfig knob -> values the tuner may try (empty: the budget alone is tuned).
+                    A knob the run's config sets away from its default is pinned, not tuned.
     """
 
     name: ClassVar[str]
     uses_context: ClassVar[bool] = True
     uses_adjacency: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
+    shape_grid: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, config: GooseConfig, tuner: BudgetTuner | None = None) -> None:
         self.config = config
         self.tuner = tuner
         self.spine_acceptance = config.ema_start
+        defaults = GooseConfig()
+        self.pinned: dict[str, Any] = {knob: getattr(config, knob) for knob in self.shape_grid
+                                       if getattr(config, knob) != getattr(defaults, knob)}
+        self._shaped: dict[Shape, Drafter] = {}
+        if tuner is not None and self.shape_grid and not tuner.knobs:  # a fresh tuner learns this method's shape
+            tuner.set_knobs(self.shape_grid, {knob: getattr(defaults, knob) for knob in self.shape_grid})
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         """The tree of at most `budget` nodes (root included) this method drafts from `state`."""
         raise NotImplementedError
 
+    def tree_signature(self, state: DraftState, budget: int) -> Hashable:
+        """What `build(state, budget)` depends on beyond the state: equal signatures, equal trees (built once)."""
+        return budget, self.config
+
+    def shaped(self, shape: Shape) -> Drafter:
+        """This drafter with the tuner's `shape` in its config (kept: the tuner asks for the same shapes often)."""
+        drafter = self._shaped.get(shape)
+        if drafter is None:
+            drafter = copy.copy(self)
+            drafter.config = self.config.with_overrides(**self.tuner.shape_overrides(shape))
+            self._shaped[shape] = drafter
+        return drafter
+
     def budget(self, state: DraftState, base: int | None = None) -> int:
         """This step's node budget: the base budget (the tuner's pick, or the configured one),
         grown with the match's confidence — the same for every tree method."""
         if base is None:
-            base = self.tuner.best() if self.tuner is not None else self.config.budget
+            base = self.tuner.best(self.pinned)[1] if self.tuner is not None else self.config.budget
         return self.config.grown_budget(state.match.confidence, base)
 
     def draft(self, state: DraftState) -> tuple[DraftTree, int]:
-        """The step's tree and its node budget."""
-        budget = self.budget(state)
-        return self.build(state, budget), budget
+        """The step's tree and its node budget: the tuner's shape and budget, or the configured ones."""
+        if self.tuner is None:
+            budget = self.budget(state)
+            return self.build(state, budget), budget
+        shape, base = self.tuner.best(self.pinned)
+        budget = self.budget(state, base)
+        return self.shaped(shape).build(state, budget), budget
 
     def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
                 revealed: Sequence[int] | None) -> None:
         """Learn from the verified step. `accepted`: accepted nodes (root excluded); `revealed`: the
         target's greedy continuation the step revealed (accepted tokens + bonus), None when sampling.
 
-        The tuner scores the tree every candidate budget would have built from the same state
-        against the revealed continuation (greedy only: a sampled step reveals a draw, not g)."""
-        if self.tuner is not None and revealed is not None:
-            self.tuner.observe({n: self.build(state, self.budget(state, n)) for n in self.tuner.costs}, revealed)
+        The tuner scores the trees its candidate shapes and budgets would have built from the same
+        state against the revealed continuation (greedy only: a sampled step reveals a draw, not g).
+        Each distinct tree is built once; the drafted tree is the tuner's current best, reused."""
+        if self.tuner is None or revealed is None:
+            return
+        shape, base = self.tuner.best(self.pinned)
+        built = {self.shaped(shape).tree_signature(state, self.budget(state, base)): tree}
+        trees = {}
+        for shape, base in self.tuner.candidates(self.pinned):
+            drafter, budget = self.shaped(shape), self.budget(state, base)
+            signature = drafter.tree_signature(state, budget)
+            if signature not in built:
+                built[signature] = drafter.build(state, budget)
+            trees[shape, base] = built[signature]
+        self.tuner.observe(trees, revealed)
 
 
 METHODS: dict[str, type[Drafter]] = {}
@@ -136,6 +176,7 @@ class Recycling(Drafter):
 
     name = "recycling"
     uses_adjacency = True
+    shape_grid = {"max_branch_depth": (1, 2, 3, 4, 6, 8), "top_k": (2, 4, 6, 10)}
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         return build_recycling_tree(state.anchor, state.before_anchor, state.adjacency, self.config, budget)
@@ -147,6 +188,7 @@ class Balanced(Drafter):
 
     name = "balanced"
     uses_adjacency = True
+    shape_grid = {"branching": (1, 2, 3, 4, 6), "max_branch_depth": (1, 2, 3, 4, 6, 8)}
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         return build_balanced_tree(state.anchor, state.before_anchor, state.adjacency, self.config, budget)
@@ -158,10 +200,20 @@ class SpineTree(Drafter):
 
     name = "goose"
     uses_adjacency = True
+    # spine share r (None: the EMA tiers, 0.15-0.5, so placed among them), rho, branch depth,
+    # and width (top_k // depth children at most)
+    shape_grid = {"spine_share": (0.15, 0.3, None, 0.5, 0.7, 1.0), "spine_branch_share": (0.0, 0.25, 0.5, 0.75, 1.0),
+                  "max_branch_depth": (1, 2, 3, 4, 6, 8), "top_k": (2, 4, 6, 10)}
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         return build_goose_tree(state.anchor, state.before_anchor, state.match, state.adjacency, self.config,
                                 budget, state.spine_acceptance)
+
+    def tree_signature(self, state: DraftState, budget: int) -> Hashable:
+        """Without a context match there is no spine: its share and rho change nothing."""
+        if not state.match.tokens:
+            return budget, self.config.max_branch_depth, self.config.top_k
+        return super().tree_signature(state, budget)
 
     def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
                 revealed: Sequence[int] | None) -> None:

@@ -80,6 +80,19 @@ def test_speculative_methods_are_lossless(name, method):
     assert speculated > 0, "no draft token was ever accepted: the test would not catch a broken walk"
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_the_default_auto_budget_and_shape_are_lossless(name):
+    """budget="auto" (the default) tunes every method's budget and shape as it goes: lossless throughout,
+    with one tuner per method carried across the prompts."""
+    for method in SPECULATIVE:
+        for prompt in [*PROMPTS.values(), echo_prompt(name)]:
+            run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS)
+            assert run.tokens == reference(name, prompt), (method, prompt)
+            assert all(len(step.nodes) <= step.budget for step in run.steps)
+    tuners = model(name)._budget_tuners
+    assert set(tuners) == set(SPECULATIVE) and all(tuner.steps > 0 for tuner in tuners.values())
+
+
 def test_sliding_window_is_needed_in_the_mask(monkeypatch):
     """Dropping the window from the mask changes the output: the lossless tests above do test it."""
     name, prompt = "gemma3-window5", PROMPTS["long"]

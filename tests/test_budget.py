@@ -1,0 +1,250 @@
+"""The tuner of budget and shape (goose.budget): what it picks, what it learns, and the cost table it reads."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from tiny import tiny_llama
+
+import goose
+from goose import budget as budget_module
+from goose.budget import BudgetTuner, cost_table, expected_acceptance, height_below, interpolate_cost, tuner_for
+from goose.drafters import DraftState, SpineTree
+from goose.sources import ContextMatch
+from goose.tree import DraftTree
+
+TARGET = list(range(1, 41))  # the target's greedy continuation in the simulated runs below
+
+
+def chain(*tokens: int) -> DraftTree:
+    tree = DraftTree.rooted_at(0)
+    for token in tokens:
+        tree.add(token, len(tree) - 1, "spine")
+    return tree
+
+
+def verified(tree: DraftTree) -> list[int]:
+    """What verifying `tree` reveals when the target continues with TARGET: the accepted tokens and the bonus."""
+    accepted = budget_module.accepted_length(tree, TARGET)
+    return TARGET[:accepted + 1]
+
+
+def test_best_is_the_argmax_of_tokens_per_pass_over_cost():
+    tuner = BudgetTuner({2: 1.0, 4: 1.5, 8: 2.0})
+    trees = {((), 2): chain(1), ((), 4): chain(1, 2, 3), ((), 8): chain(1, 2, 3, 4, 5, 6, 7)}
+    tuner.observe(trees, TARGET[:9])
+    rates = {n: (1 + e.accepted) / e.cost for (_, n), e in tuner.estimates.items()}
+    assert rates == pytest.approx({2: 2 / 1.0, 4: 4 / 1.5, 8: 8 / 2.0})
+    assert tuner.best() == ((), 8)
+    for _ in range(30):  # the big tree stops being right: the pick follows the rates down
+        tuner.observe({((), 2): chain(1), ((), 4): chain(1, 2, 3), ((), 8): chain(9, 9, 9, 9, 9, 9, 9)}, TARGET[:9])
+    assert tuner.best() == ((), 4)
+
+
+def test_before_any_step_the_prior_prefers_what_is_cheap_for_its_few_tokens():
+    tuner = BudgetTuner({2: 1.0, 16: 1.1})
+    assert tuner.best() == ((), 16)  # (1 + 0.4 * 3) / 1.1 > (1 + 0.17) / 1.0
+    assert BudgetTuner({2: 1.0, 16: 4.0}).best() == ((), 2)
+
+
+def test_exact_observations_give_a_running_mean_then_an_ema():
+    tuner = BudgetTuner({4: 1.0}, decay=0.5)
+    for tree in (chain(1, 9, 9), chain(1, 2, 3)):  # accepts 1, then 3 (both exact: the walk stops inside g)
+        tuner.observe({((), 4): tree}, TARGET[:5])
+    assert tuner.estimates[(), 4].accepted == pytest.approx(2.0)
+    for _ in range(3):
+        tuner.observe({((), 4): chain(9)}, TARGET[:5])  # 0 accepted
+    assert tuner.estimates[(), 4].accepted == pytest.approx(2.0 * 0.5 ** 3)  # past the warm-up: rate = decay
+
+
+def test_cost_follows_the_trees_really_built_not_their_budget():
+    tuner = BudgetTuner({2: 1.0, 64: 5.0})
+    tuner.observe({((), 2): chain(1), ((), 64): chain(1, 2)}, TARGET[:2])  # a 3-node tree under budget 64
+    assert tuner.estimates[(), 64].cost == pytest.approx(interpolate_cost(tuner.costs, 3))
+    assert tuner.estimates[(), 64].cost < 5.0 / 4
+
+
+def test_interpolated_cost_between_below_and_above_the_grid():
+    costs = {2: 1.0, 4: 2.0, 8: 3.0}
+    assert interpolate_cost(costs, 3) == pytest.approx(1.5)
+    assert interpolate_cost(costs, 1) == 1.0
+    assert interpolate_cost(costs, 16) == pytest.approx(5.0)  # last slope carried on
+    assert interpolate_cost({2: 1.0, 4: 0.5}, 8) == 0.5  # a noisy table never makes bigger trees cheaper
+
+
+def test_a_walk_ending_inside_the_revealed_continuation_or_at_a_leaf_is_exact():
+    assert expected_acceptance(chain(1, 2, 7), [1, 2, 3], 5.0) == 2.0
+    assert expected_acceptance(chain(1, 2, 3), [1, 2, 3], 5.0) == 3.0  # holds all of g, but ends there
+
+
+def test_a_tree_that_holds_all_the_revealed_continuation_and_goes_on_is_a_lower_bound():
+    tree = chain(1, 2, 3, 4, 5)
+    tree.add(8, 2, "branch")  # a second child of token 2 does not change the height below token 3
+    assert height_below(tree, 3) == 2 and height_below(tree, 5) == 0
+    assert expected_acceptance(tree, [1, 2, 3], 1.0) == pytest.approx(3 + 0.5 + 0.25)  # c = 3, h = 2, p = 1/2
+    assert 3 < expected_acceptance(tree, [1, 2, 3], 100.0) <= 3 + 2  # never beyond the tree's depth
+    assert expected_acceptance(tree, [1, 2, 3], 0.0) == 3.0  # a key that never accepts adds nothing
+
+
+def simulate(tuner: BudgetTuner, build, steps: int) -> None:
+    """Decode against TARGET: draft the tuner's pick, verify it, let the tuner score every candidate."""
+    for _ in range(steps):
+        revealed = verified(build(*tuner.best()))
+        tuner.observe({key: build(*key) for key in tuner.candidates()}, revealed)
+
+
+def test_bigger_budgets_scored_only_as_lower_bounds_are_not_under_scored():
+    """The verified small tree reveals just [1, 2]; the big one holds it and more. Scored at its bound
+    (2 tokens for twice the cost) it would never be tried; scored as censored it is, and it wins."""
+    def build(shape, n):
+        return chain(*TARGET[:1]) if n == 2 else chain(*TARGET[:10])
+
+    tuner = BudgetTuner({2: 1.0, 16: 2.0})
+    assert tuner.best() == ((), 2)
+    naive_rate = (1 + 2) / interpolate_cost(tuner.costs, 11)
+    assert naive_rate < 2.0 / 1.0  # the bias this test is about: at its bound the big tree looks worse
+    simulate(tuner, build, 3)
+    assert tuner.best() == ((), 16)
+    simulate(tuner, build, 20)
+    assert tuner.estimates[(), 16].accepted == pytest.approx(10.0, abs=0.5)  # exact once chosen
+
+
+def test_the_shape_tuner_walks_the_grid_towards_what_accepts_more():
+    """Deeper chains of TARGET accept more, in the bigger tree only: the tuner moves depth 1 -> 2 -> 3 and
+    budget 2 -> 8, coordinate-wise."""
+    def build(shape, n):
+        depth, width = shape
+        tree = chain(*TARGET[:min(depth, n - 1)])
+        while len(tree) < n:  # the rest of the budget on wrong guesses at the root
+            tree.add(100 + len(tree), 0, "branch")
+        return tree
+
+    tuner = BudgetTuner({2: 1.0, 8: 1.2}, knobs={"depth": (1, 2, 3), "width": (1, 2)}, start={"depth": 1})
+    assert tuner.best() == ((1, 1), 8)
+    assert sorted(tuner.candidates()) == [((1, 1), 2), ((1, 1), 8), ((1, 2), 8), ((2, 1), 8)]
+    simulate(tuner, build, 20)
+    assert tuner.best() == ((3, 1), 8)
+    assert tuner.best(pinned={"depth": 2})[0][0] == 2  # a pinned knob is never moved
+    assert all(shape[0] == 2 for shape, _ in tuner.candidates(pinned={"depth": 2}))
+
+
+def test_a_new_shape_competes_only_after_enough_observations():
+    tuner = BudgetTuner({8: 1.0}, knobs={"depth": (1, 2)}, start={"depth": 1}, min_count=4)
+    for step in range(4):
+        tuner.observe({((1,), 8): chain(9), ((2,), 8): chain(1, 2)}, TARGET[:3])
+        assert tuner.best() == (((2,) if step == 3 else (1,)), 8)
+
+
+class Successors:
+    """An adjacency table that always proposes the same unhelpful successors."""
+
+    def successors(self, token, previous=None):
+        return [(100 + i, 0.3) for i in range(5)]
+
+
+def test_the_spine_tree_tuner_changes_shape_when_the_spine_is_always_right():
+    """A long, always-correct context match and useless branches: the tuner gives the spine more of the tree."""
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (4, 8, 16, 32)})
+    drafter = SpineTree(goose.GooseConfig(), tuner)
+    assert tuner.knobs and tuner.start == (None, 0.5, 6, 10)
+    first = None
+    for _ in range(40):
+        state = DraftState(0, None, ContextMatch(TARGET[:20], 0.0), Successors(), drafter.spine_acceptance)
+        tree, _ = drafter.draft(state)
+        first = tree if first is None else first
+        accepted = budget_module.accepted_length(tree, TARGET)
+        drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
+    shape, _ = tuner.best()
+    assert shape != tuner.start
+    spine = sum(source == "spine" for source in tree.sources)
+    assert spine / len(tree) > sum(source == "spine" for source in first.sources) / len(first)
+
+
+def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
+    monkeypatch.setattr(budget_module, "cost_table", lambda model: {n: 1.0 + 0.02 * n for n in (2, 4, 8, 16)})
+    model = tiny_llama(0)
+    run = goose.generate(model, "the cat sat on the mat. the cat sat on the", "goose", 30)
+    assert run.config["auto_budget"]
+    tuner = model._budget_tuners["goose"]
+    assert tuner is tuner_for(model, "goose") and tuner.knobs == goose.drafters.SpineTree.shape_grid
+    assert tuner.steps == len(run.steps)
+    goose.generate(model, "abc abc abc", "goose", 10)
+    assert tuner.steps > len(run.steps)  # the same tuner carries on
+    assert goose.generate(model, "abc", "goose", 5, budget=8).config["auto_budget"] is False
+
+
+def test_sampling_teaches_the_tuner_nothing(monkeypatch):
+    monkeypatch.setattr(budget_module, "cost_table", lambda model: {2: 1.0, 8: 1.2})
+    model = tiny_llama(0)
+    goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
+    assert model._budget_tuners["goose"].steps == 0
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """measure_costs replaced by a counter, so the cache logic is tested without timing anything."""
+    calls = []
+
+    def fake_measure(goose_model):
+        calls.append(goose_model.name)
+        return {2: 0.01, 4: 0.02}
+
+    monkeypatch.setattr(budget_module, "measure_costs", fake_measure)
+    return calls
+
+
+def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured, monkeypatch):
+    path = tmp_path / "deep" / "costs.json"
+    model = tiny_llama(0)
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    assert measured == [model.name]
+    (key,) = json.loads(path.read_text())
+    assert key.startswith("v1|tiny-llama-0|cpu|torch.float32|threads=")
+    monkeypatch.setattr(budget_module.torch, "get_num_threads", lambda: 97)
+    cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
+    assert len(measured) == 2 and len(json.loads(path.read_text())) == 2
+    assert os.listdir(path.parent) == ["costs.json"]  # written through a staging file, nothing left behind
+
+
+def test_a_corrupt_cost_cache_is_measured_again_and_replaced_whole(tmp_path, measured):
+    path = tmp_path / "costs.json"
+    path.write_text("{not json")
+    assert cost_table(tiny_llama(0), path) == {2: 0.01, 4: 0.02}
+    assert measured and len(json.loads(path.read_text())) == 1
+
+
+def test_a_shape_knob_set_by_the_caller_is_kept():
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (4, 8, 16)})
+    drafter = SpineTree(goose.GooseConfig(max_branch_depth=4), tuner)
+    assert drafter.pinned == {"max_branch_depth": 4}
+    for _ in range(12):
+        state = DraftState(0, None, ContextMatch(TARGET[:20], 0.0), Successors(), drafter.spine_acceptance)
+        tree, _ = drafter.draft(state)
+        accepted = budget_module.accepted_length(tree, TARGET)
+        drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
+        assert all(shape[2] == 4 for shape, _ in tuner.candidates(drafter.pinned))
+    assert tuner.best(drafter.pinned)[0][2] == 4
+
+
+class CountingSpineTree(SpineTree):
+    builds = 0
+
+    def build(self, state, budget):
+        CountingSpineTree.builds += 1
+        return super().build(state, budget)
+
+
+def test_equal_trees_are_built_once_per_step():
+    """Without a context match the spine knobs change nothing, and the drafted tree is reused."""
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (2, 3, 4, 8)})
+    drafter = CountingSpineTree(goose.GooseConfig(), tuner)
+    state = DraftState(0, None, ContextMatch(), Successors(), drafter.spine_acceptance)
+    tree, _ = drafter.draft(state)
+    assert tuner.best() == (tuner.start, 8)
+    assert len(tuner.candidates()) == 4 + 2 + 2 + 2 + 1  # 4 budgets; spine share, rho, depth, width neighbours
+    CountingSpineTree.builds = 0
+    drafter.observe(state, tree, [], [7])
+    assert CountingSpineTree.builds == 3 + 2 + 1  # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6
