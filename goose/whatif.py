@@ -148,6 +148,7 @@ class RunWhatIf:
     """A whole run's steps rebuilt under one setting.
 
     accepted / real: accepted length per step, counterfactual and as recorded.
+    tokens: new tokens over the same passes (the last step cut where the run stopped, as the real one was).
     tau:   counterfactual tokens per target pass (prefill counted, as the run's own tau).
     tokens_per_s: estimated from the run's cost table (None without one).
     speedup: estimated speed-up over one token per verification of a single node (None without costs).
@@ -163,12 +164,8 @@ class RunWhatIf:
     speedup: float | None
     exact_steps: int
     missing_steps: int
+    tokens: int
     steps: list[WhatIf] = field(repr=False, default_factory=list)
-
-    @property
-    def tokens(self) -> int:
-        """New tokens the run would have made in the same passes: the prefill's, then accepted + bonus per step."""
-        return 1 + sum(a + 1 for a in self.accepted)
 
     @property
     def passes(self) -> int:
@@ -183,7 +180,9 @@ def run_what_if(run: RunRecord, **settings: Any) -> RunWhatIf:
     method, config, base = resolve_settings(run, settings)
     results = [_rebuild(run, _step(run, i), method, config, base) for i in range(len(run.steps))]
     accepted = [r.accepted for r in results]
-    tokens, passes = 1 + sum(a + 1 for a in accepted), 1 + len(results)
+    last = run.steps[-1]  # the stop (EOS, max_new_tokens, a stop string) cut its commit short
+    tokens = 1 + sum(a + 1 for a in accepted[:-1]) + min(accepted[-1] + 1, len(last.committed))
+    passes = 1 + len(results)
     tokens_per_s = speedup = None
     if run.costs:
         seconds = step_cost(run.costs, 1) + sum(step_cost(run.costs, r.budget) for r in results)
@@ -191,7 +190,7 @@ def run_what_if(run: RunRecord, **settings: Any) -> RunWhatIf:
         speedup = tokens_per_s * step_cost(run.costs, 1)
     return RunWhatIf(dict(settings), accepted, [s.accepted_length for s in run.steps], [r.budget for r in results],
                      tokens / passes, tokens_per_s, speedup, sum(r.exact for r in results),
-                     sum(not r.complete for r in results), results)
+                     sum(not r.complete for r in results), tokens, results)
 
 
 def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balanced"),
