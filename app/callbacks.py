@@ -214,7 +214,8 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
         yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
-    generation = _start(model, prompt, method, limit, nodes, temperature=float(temperature or 0.0),
+    generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
+                        temperature=float(temperature or 0.0),
                         top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed))
     last_yield = 0.0
     for _ in generation:

@@ -1,4 +1,4 @@
-"""The page, declared top-down as it appears: Explore, Race, Replay.
+"""The page, declared top-down as it appears: Explore, Race, Replay, Lab.
 
 Only layout and wiring live here; every event calls a plain function from
 `app.callbacks`. Per-user data (the run being browsed) lives in gr.State; the
@@ -14,7 +14,7 @@ from functools import partial
 import gradio as gr
 
 import goose
-from app import callbacks
+from app import callbacks, lab
 from app.models import ModelRegistry
 
 INTRO = """# Goose — speculative decoding with spine trees
@@ -148,4 +148,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                 replay = run_viewer("replay")
                 upload.upload(callbacks.load_trace, upload, replay.outputs)
                 open_example.click(callbacks.load_example_trace, example, replay.outputs)
+
+            with gr.Tab("Lab", id="lab"):
+                lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run})
     return demo
