@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -26,6 +27,7 @@ import torch
 
 from goose.decode import METHODS, eos_ids, generate
 from goose.model import GooseModel
+from goose.whatif import WHAT_IF_FOLDER, add_what_if_section, pooled_tau
 
 BASELINE = "autoregressive"
 HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside reference
@@ -92,6 +94,7 @@ class BenchSettings:
     model: str | None = None
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
+    what_if: bool = False  # also one untimed goose run per prompt with source snapshots, for the what-if curves
 
 
 # --- suites -----------------------------------------------------------------------------------------------------
@@ -469,6 +472,14 @@ def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, 
             "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds")}
 
 
+def record_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: BenchSettings, folder: Path) -> None:
+    """One untimed goose run of `prompt` with source snapshots, saved for the report's what-if curves."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = format_prompt(goose_model.tokenizer, prompt)
+    run = generate(goose_model, text, "goose", settings.max_new_tokens, settings.budget, record_sources=True)
+    run.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt.id)}.json")
+
+
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
             temperature: float = 0.0) -> None:
     """One short untimed generation per method, so that no timed run pays for first-call set-up."""
@@ -501,6 +512,9 @@ def write_results(out_dir: Path, runs: Sequence[BenchRun], meta: dict[str, Any])
     write_summary_csv(out_dir / "summary.csv", summaries)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     write_report(out_dir / "report.html", runs, summaries, meta)
+    settings = meta.get("settings", {})
+    add_what_if_section(out_dir / "report.html", out_dir / WHAT_IF_FOLDER, pooled_tau(runs), settings.get("budget"),
+                        settings.get("suite", ""))
     return summaries
 
 
@@ -541,5 +555,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
                                      settings.temperature)
             append_runs(runs_path, prompt_runs)
             runs.extend(prompt_runs)
+            if settings.what_if and not settings.temperature:
+                record_what_if(goose_model, prompt, settings, out_dir / WHAT_IF_FOLDER)
     meta["load_average_end"] = os.getloadavg()
     return write_results(out_dir, runs, meta), meta

@@ -187,3 +187,30 @@ def test_counterfactual_equals_real_verification_when_exact_gemma(gemma):
     settings = [{}, {"budget": 6}, {"budget": 48, "spine_share": 0.3}, {"method": "balanced", "budget": 24},
                 {"rho": 0.0, "max_branch_depth": 3}]
     assert check_exact_counts(gemma, runs, settings) >= len(settings) * len(prompts)
+
+
+def test_bench_what_if_adds_the_curves_and_agrees_with_the_real_run(tmp_path):
+    import functools
+
+    import torch
+    from tiny import tiny_llama
+
+    from goose import bench
+    from goose.bench import BenchSettings
+    from goose.cli import build_parser
+
+    assert build_parser().parse_args(["bench", "--suite", "mtbench", "--what-if"]).what_if
+    settings = BenchSettings(suite="mtbench", methods=("goose", "balanced"), limit=2, budget=8, max_new_tokens=12,
+                             threads=torch.get_num_threads(), what_if=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench, "measure_memory_bandwidth", functools.partial(bench.measure_memory_bandwidth,
+                                                                           nbytes=1 << 24))
+        bench.run_bench(settings, tmp_path, tiny_llama(0), progress=False)
+    traces = sorted((tmp_path / "what-if").glob("*.json"))
+    assert len(traces) == 2 and all(RunRecord.load(p).has_snapshots for p in traces)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for title in ("What if", "counterfactual tau vs base budget", "estimated speed-up vs base budget",
+                  "counterfactual tau vs spine share"):
+        assert title in page
+    goose_row = page[page.index("<td>goose</td>"):].split("</tr>")[0]
+    assert "+0.0 %" in goose_row and "100 %" in goose_row, "goose at its own budget: the counterfactual is the run"
