@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from app.charts import METHOD_COLOURS
 from app.tree_view import tree_iframe, visible_text
+from goose.config import GooseConfig
 from goose.drafters import METHODS
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.whatif import NoSnapshotError, RunWhatIf, WhatIf, run_what_if, sweep, what_if
@@ -124,19 +125,35 @@ def sweep_chart(run: RunRecord) -> go.Figure:
     return figure
 
 
-def open_run(run: RunRecord | None) -> tuple:
-    """Take a run into the Lab: state, status, step slider sized to it, and the budget sweep."""
+def cannot_rebuild(run: RunRecord | None) -> str:
+    """Why the Lab cannot rebuild this run's trees ('' when it can)."""
     if run is None or not run.steps:
-        return None, NO_RUN, gr.Slider(0, 1, value=0, interactive=False), None
+        return NO_RUN
     if not run.has_snapshots:
-        why = ("This run was recorded without source snapshots, so its trees cannot be rebuilt. "
-               "Generate it again in Explore (the app records them), or record the trace with "
-               "`goose.generate(..., record_sources=True)`.")
-        return None, f"**Cannot rebuild:** {why}", gr.Slider(0, 1, value=0, interactive=False), None
+        return ("**Cannot rebuild:** this run was recorded without source snapshots, so its trees cannot be "
+                "rebuilt. Generate it again in Explore (the app records them), or record the trace with "
+                "`goose.generate(..., record_sources=True)`.")
+    if run.sampling.get("temperature", 0.0):
+        return ("**Cannot rebuild:** this run sampled (temperature > 0); a sampled step reveals a draw, not the "
+                "target's greedy continuation, so other trees cannot be scored against it.")
+    return ""
+
+
+def open_run(run: RunRecord | None) -> tuple:
+    """Take a run into the Lab: state, status, step slider sized to it, the budget sweep, and the shape
+    controls set to the run's own settings (so the first rebuild is the real tree)."""
+    why = cannot_rebuild(run)
+    if why:
+        return None, why, gr.Slider(0, 1, value=0, interactive=False), None, *[gr.skip()] * 8
+    config = GooseConfig.from_dict(run.config)
     status = (f"{run.method} on {run.model}: {len(run.steps)} steps, τ {run.totals.tau:.2f}. Pick a step and change "
               "the shape; budget 0 keeps each step's own.")
     last = len(run.steps) - 1
-    return run, status, gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), sweep_chart(run)
+    fixed = config.spine_share is not None
+    return (run, status, gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), sweep_chart(run),
+            run.method if run.method in LAB_METHODS else "goose", 0, fixed,
+            config.spine_share if fixed else 0.5, config.spine_branch_share, config.max_branch_depth,
+            config.branching, config.use_bigram)
 
 
 def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
@@ -197,7 +214,8 @@ def lab_tab(runs: dict[str, gr.State]) -> None:
     def pick(name: str, *states: RunRecord | None) -> tuple:
         return open_run(dict(zip(runs, states)).get(name))
 
-    open_button.click(pick, [source, *runs.values()], [lab_run, status, step, sweep_plot]).then(
+    shape = [method, budget, fixed_share, share, rho, depth, branching, bigram]
+    open_button.click(pick, [source, *runs.values()], [lab_run, status, step, sweep_plot, *shape]).then(
         rebuild, controls, outputs, show_progress="hidden")
     for control in controls[1:]:  # always_last: while one rebuild runs, only the newest pending one follows
         control.change(rebuild, controls, outputs, trigger_mode="always_last", show_progress="hidden")

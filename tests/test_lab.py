@@ -13,16 +13,19 @@ from app.callbacks import EXAMPLE_TRACES
 from goose.trace import RunRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
-CONTROLS = dict(method="goose", budget=0, fixed_share=False, share=0.5, rho=0.5, depth=6, branching=3, bigram=True)
+CONTROLS = ("method", "budget", "fixed_share", "share", "rho", "depth", "branching", "bigram")
 
 
 @pytest.fixture(scope="module")
 def run() -> RunRecord:
-    return goose.generate(tiny_gemma3(0), PROMPT, "goose", 32, budget=16, record_sources=True)
+    return goose.generate(tiny_gemma3(0), PROMPT, "goose", 32, budget=16, record_sources=True, spine_share=0.3,
+                          branching=2)
 
 
 def rebuild(run: RunRecord, index: int = 0, **changes):
-    return lab.rebuild(run, index, **{**CONTROLS, **changes})
+    """The Lab's rebuild with the controls as opening the run sets them, then `changes`."""
+    shape = dict(zip(CONTROLS, lab.open_run(run)[4:]))
+    return lab.rebuild(run, index, **{**shape, **changes})
 
 
 def would(verdict: str) -> tuple[int, int]:
@@ -31,18 +34,19 @@ def would(verdict: str) -> tuple[int, int]:
 
 
 def test_open_says_why_a_run_cannot_be_rebuilt(run):
-    state, status, _, sweep = lab.open_run(None)
+    state, status, _, sweep, *_ = lab.open_run(None)
     assert state is None and "Explore" in status and sweep is None
     plain = RunRecord.from_json(run.to_json())
     for step in plain.steps:
         step.snapshot = None
-    state, status, _, _ = lab.open_run(plain)
+    state, status, *_ = lab.open_run(plain)
     assert state is None and "Cannot rebuild" in status and "record_sources=True" in status
 
 
 def test_own_settings_reproduce_the_real_step(run):
-    state, status, slider, sweep = lab.open_run(run)
+    state, status, slider, sweep, *shape = lab.open_run(run)
     assert state is run and f"{len(run.steps)} steps" in status and sweep.data
+    assert shape == ["goose", 0, True, 0.3, 0.5, 6, 2, True], "the controls start at the run's own shape"
     for index in range(len(run.steps)):
         verdict, real, rebuilt, chart = rebuild(run, index)
         assert would(verdict)[0] == would(verdict)[1] == run.steps[index].accepted_length
@@ -72,5 +76,5 @@ def test_rebuilt_step_marks_the_accepted_path_and_tried_children(run):
 
 def test_a_shipped_trace_opens_in_the_lab():
     for path in EXAMPLE_TRACES.glob("*.json"):
-        state, status, _, _ = lab.open_run(RunRecord.load(path))
+        state, status, *_ = lab.open_run(RunRecord.load(path))
         assert state is not None or "Cannot rebuild" in status
