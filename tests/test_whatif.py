@@ -212,5 +212,6 @@ def test_bench_what_if_adds_the_curves_and_agrees_with_the_real_run(tmp_path):
     for title in ("What if", "counterfactual tau vs base budget", "estimated speed-up vs base budget",
                   "counterfactual tau vs spine share"):
         assert title in page
-    goose_row = page[page.index("<td>goose</td>"):].split("</tr>")[0]
+    section = page[page.index("<h2>What if"):]
+    goose_row = section[section.index("<td>goose</td>"):].split("</tr>")[0]
     assert "+0.0 %" in goose_row and "100 %" in goose_row, "goose at its own budget: the counterfactual is the run"
