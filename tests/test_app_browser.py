@@ -197,7 +197,7 @@ def _wait_would(page, expected: int) -> None:
 
 def test_lab_opens_a_fresh_explore_run(page) -> None:
     page.get_by_role("tab", name="Explore").click()
-    page.locator("#explore-examples").get_by_role("button", name="Repetitive list").click()
+    page.locator("#explore-prompt textarea").fill("one two three, one two three, one two three, one two")
     page.locator("#explore-run").click()
     _tree(page, "explore", 0)
     page.get_by_role("tab", name="Lab").click()
