@@ -121,7 +121,7 @@ def sweep_chart(run: RunRecord) -> go.Figure:
             figure.add_trace(go.Scatter(x=budgets, y=[s for _, _, s in points], name=method, showlegend=False,
                                         mode="lines+markers", line={"color": colour, "dash": "dot"}), row=1, col=2)
     figure.update_layout(height=320, template="plotly_white", margin={"l": 50, "r": 20, "t": 50, "b": 40})
-    figure.update_xaxes(title_text="base budget (nodes)", type="log")
+    figure.update_xaxes(title_text="base budget (nodes)")
     return figure
 
 
