@@ -31,9 +31,29 @@ GRID_BRANCHING = (1, 2, 3, 4)
 Row = list[tuple[int, float]]
 
 
-def _float32(values: list[float]) -> list[float]:
-    """Scores as the table holds them (float32), whatever rounding they went through in JSON."""
-    return torch.tensor(values, dtype=torch.float32).tolist()
+class RowPool:
+    """Adjacency rows shared by the snapshots of one run, each kept once in JSON: most rows outlive many steps."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self._index: dict[tuple, int] = {}
+
+    def add(self, row: Row) -> int:
+        """The row's index in the pool (added if new)."""
+        key = tuple(row)
+        if key not in self._index:
+            self._index[key] = len(self.rows)
+            self.rows.append(row)
+        return self._index[key]
+
+    def to_json(self) -> list[list[list]]:
+        """Each row as [ids, scores], scores to float32 precision (9 significant digits)."""
+        return [[[t for t, _ in row], [float(f"{s:.9g}") for _, s in row]] for row in self.rows]
+
+    @staticmethod
+    def from_json(data: list[list[list]]) -> list[Row]:
+        """The rows back, scores exactly as the table held them (float32), whatever rounding JSON did."""
+        return [list(zip(ids, torch.tensor(scores, dtype=torch.float32).tolist())) for ids, scores in data]
 
 
 @dataclass
@@ -70,32 +90,36 @@ class Snapshot:
             found.update(token for token, _ in row or ())
         return found
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready and compact: rows as [ids, scores], scores to float32 precision (9 digits)."""
-        def row(pairs: Row) -> list[list]:
-            return [[t for t, _ in pairs], [float(f"{s:.9g}") for _, s in pairs]]
-
-        return {"format": self.format, "anchor": self.anchor, "before_anchor": self.before_anchor,
+    def to_dict(self, pool: RowPool | None = None) -> dict[str, Any]:
+        """JSON-ready and compact: rows as indices into `pool` (the run's); without one, the snapshot
+        carries its own pool under "rows"."""
+        own = pool is None
+        pool = pool or RowPool()
+        data = {"format": self.format, "anchor": self.anchor, "before_anchor": self.before_anchor,
                 "match": self.match, "confidence": self.confidence, "ngram": self.ngram,
                 "spine_acceptance": self.spine_acceptance, "max_budget": self.max_budget,
-                "unigram": [[token, *row(pairs)] for token, pairs in self.unigram.items()],
-                "bigram": [[previous, token, *(row(pairs) if pairs is not None else (None, None))]
-                           for (previous, token), pairs in self.bigram.items()]}
+                "unigram": [[token, pool.add(row)] for token, row in self.unigram.items()],
+                "bigram": [[previous, token, pool.add(row) if row is not None else None]
+                           for (previous, token), row in self.bigram.items()]}
+        if own:
+            data["rows"] = pool.to_json()
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
+    def from_dict(cls, data: dict[str, Any], rows: list[Row] | None = None) -> Snapshot:
+        """A snapshot from `to_dict`'s form; `rows`: the run's pool (RowPool.from_json), if it has one."""
         if data.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(f"unknown snapshot format {data.get('format')!r} (this Goose reads {SNAPSHOT_FORMAT})")
-
-        def row(ids: list[int], scores: list[float]) -> Row:
-            return list(zip(ids, _float32(scores)))
-
+        if "rows" in data:
+            rows = RowPool.from_json(data["rows"])
+        if rows is None:
+            raise ValueError("a snapshot's rows are missing (neither its own nor the run's)")
         return cls(anchor=data["anchor"], before_anchor=data["before_anchor"], match=list(data["match"]),
                    confidence=data["confidence"], ngram=data["ngram"], spine_acceptance=data["spine_acceptance"],
                    max_budget=data["max_budget"],
-                   unigram={token: row(ids, scores) for token, ids, scores in data["unigram"]},
-                   bigram={(previous, token): row(ids, scores) if ids is not None else None
-                           for previous, token, ids, scores in data["bigram"]})
+                   unigram={token: rows[i] for token, i in data["unigram"]},
+                   bigram={(previous, token): rows[i] if i is not None else None
+                           for previous, token, i in data["bigram"]})
 
 
 class RecordedRows:

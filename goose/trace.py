@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from goose.snapshot import Snapshot
+from goose.snapshot import RowPool, Snapshot
 
 TRACE_FORMAT = "goose-trace/2"
 READABLE_FORMATS = ("goose-trace/1", TRACE_FORMAT)
@@ -77,18 +77,19 @@ class StepRecord:
         """The target's greedy continuation this step revealed (greedy runs): accepted tokens, then the bonus."""
         return [self.nodes[n].token for n in self.accepted] + [self.bonus_token]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, pool: RowPool | None = None) -> dict[str, Any]:
+        """JSON-ready; the snapshot's adjacency rows go to `pool` (the run's) when given."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("nodes", "snapshot")}
         data["nodes"] = [asdict(node) for node in self.nodes]
-        data["snapshot"] = self.snapshot.to_dict() if self.snapshot is not None else None
+        data["snapshot"] = self.snapshot.to_dict(pool) if self.snapshot is not None else None
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
+    def from_dict(cls, data: dict[str, Any], rows: list | None = None) -> StepRecord:
         data = dict(data)
         data["nodes"] = [NodeRecord(**node) for node in data["nodes"]]
         if data.get("snapshot") is not None:
-            data["snapshot"] = Snapshot.from_dict(data["snapshot"])
+            data["snapshot"] = Snapshot.from_dict(data["snapshot"], rows)
         return cls(**data)
 
 
@@ -111,6 +112,7 @@ class RunRecord:
     """A whole generation: inputs, output, steps and totals.
 
     token_texts: texts of the token ids the step snapshots mention (to draw rebuilt trees without a tokenizer).
+                 In JSON the snapshots' adjacency rows are pooled under "rows", each row once.
     costs:       seconds of one verification pass per tree size on the recording device (with snapshots).
     """
 
@@ -135,9 +137,11 @@ class RunRecord:
         return bool(self.steps) and all(step.snapshot is not None for step in self.steps)
 
     def to_dict(self) -> dict[str, Any]:
+        pool = RowPool()
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "totals")}
-        data["steps"] = [step.to_dict() for step in self.steps]
+        data["steps"] = [step.to_dict(pool) for step in self.steps]
         data["totals"] = asdict(self.totals)
+        data["rows"] = pool.to_json()
         return data
 
     def to_json(self, indent: int | None = None) -> str:
@@ -155,8 +159,9 @@ class RunRecord:
         if missing:
             raise ValueError(f"not a Goose trace: missing {', '.join(sorted(missing))}")
         try:
+            rows = RowPool.from_json(data.get("rows", []))
             data = {k: v for k, v in data.items() if k in known}
-            data["steps"] = [StepRecord.from_dict(step) for step in data["steps"]]
+            data["steps"] = [StepRecord.from_dict(step, rows) for step in data["steps"]]
             data["totals"] = RunTotals(**data["totals"])
             data["token_texts"] = {int(k): v for k, v in data.get("token_texts", {}).items()}
             data["costs"] = {int(k): v for k, v in data.get("costs", {}).items()}
