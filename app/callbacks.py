@@ -251,7 +251,8 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
-    generation = _start(model, prompt, method, limit, nodes, temperature=float(temperature or 0.0),
+    generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
+                        temperature=float(temperature or 0.0),
                         top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed))
     guard = RunGuard(STOPS, session, limits.max_run_s)
     last_yield = 0.0

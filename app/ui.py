@@ -1,4 +1,4 @@
-"""The page, declared top-down as it appears: Explore, Race, Replay.
+"""The page, declared top-down as it appears: Explore, Race, Replay, Lab.
 
 Only layout and wiring live here; every event calls a plain function from
 `app.callbacks`. Per-user data (the run being browsed) lives in gr.State; the
@@ -16,7 +16,7 @@ from functools import partial
 import gradio as gr
 
 import goose
-from app import callbacks
+from app import callbacks, lab
 from app.limits import Limits
 from app.models import ModelRegistry
 from app.race_lanes import lanes_iframe
@@ -137,7 +137,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                     elem_id="explore-examples")
                     with gr.Column(scale=2):
                         model = model_box(registry, default_model, "explore-model")
-                        method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method")
+                        method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method", elem_id="explore-method")
                         budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                              label="Node budget per tree",
                                              info=f"auto = the library default; 1–{limits.max_budget}")
@@ -211,4 +211,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                               concurrency_limit=None)
                 open_example.click(callbacks.load_example_trace, example, [*replay.outputs, replay_lanes],
                                    api_name="replay_example", concurrency_limit=None)
+
+            with gr.Tab("Lab", id="lab"):
+                lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run})
     return demo

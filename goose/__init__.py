@@ -8,7 +8,8 @@ from goose.sampling import Sampling
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import DraftTree
 from goose.verify import UnsupportedModelError
+from goose.whatif import RunWhatIf, WhatIf, run_what_if, what_if
 
 __all__ = ["DEFAULT_MODEL", "METHODS", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
-           "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "Sampling", "StepRecord",
-           "UnsupportedModelError", "generate", "load_model", "stream"]
+           "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepRecord",
+           "UnsupportedModelError", "WhatIf", "generate", "load_model", "run_what_if", "stream", "what_if"]

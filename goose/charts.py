@@ -1,15 +1,18 @@
-"""Plotly charts of method metrics, shared by the benchmark's report.html and the app's Race tab.
+"""Plotly charts, shared by the benchmark's report.html and the app (Race and Lab tabs).
 
-Every chart takes `MethodMetrics` (goose.metrics), keeps the methods in the
-order given and colours each method and each draft source the same way
+The metric charts take `MethodMetrics` (goose.metrics), keep the methods in the
+order given and colour each method and each draft source the same way
 everywhere. A race is a suite of one prompt, so the same charts serve both.
+The what-if charts draw goose.whatif's counterfactual curves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from goose.metrics import BASELINE, MethodMetrics
 from goose.tree import BRANCH, ROOT, SPINE
@@ -127,3 +130,48 @@ def race_charts(metrics: Sequence[MethodMetrics]) -> tuple[go.Figure, ...]:
     """The five charts of a comparison, in the order the Race tab and the report show them."""
     return (tokens_per_second_chart(metrics), tau_chart(metrics), speedup_chart(metrics),
             accepted_length_chart(metrics), acceptance_chart(metrics))
+
+
+# --- what-if (goose.whatif) -------------------------------------------------------------------------------------
+
+def budget_sweep_chart(by_budget: Mapping[str, Sequence[tuple[int, float, float | None]]],
+                       title: str = "") -> go.Figure:
+    """Counterfactual τ and estimated speed-up vs base budget, one line per method ((budget, τ, speed-up) points,
+    as goose.whatif.sweep returns them; the speed-up side is left out for a method without cost estimates)."""
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("τ vs budget", "estimated speed-up vs budget"))
+    for method, points in by_budget.items():
+        colour = method_colour(method)
+        budgets = [b for b, _, _ in points]
+        figure.add_trace(go.Scatter(x=budgets, y=[t for _, t, _ in points], name=method, mode="lines+markers",
+                                    line={"color": colour}), row=1, col=1)
+        if all(s is not None for _, _, s in points):
+            figure.add_trace(go.Scatter(x=budgets, y=[s for _, _, s in points], name=method, showlegend=False,
+                                        mode="lines+markers", line={"color": colour, "dash": "dot"}), row=1, col=2)
+    figure.update_xaxes(title_text="base budget (nodes)")
+    return _style(figure, title or "What if: another budget", "", legend=True)
+
+
+def spine_share_chart(by_share: Sequence[tuple[float, float]], title: str = "") -> go.Figure:
+    """Counterfactual τ of goose vs a fixed spine share r (each step keeping its own budget)."""
+    figure = go.Figure(go.Scatter(x=[s for s, _ in by_share], y=[t for _, t in by_share], name="goose",
+                                  mode="lines+markers", line={"color": method_colour("goose")}))
+    figure.update_layout(xaxis_title="spine share r")
+    return _style(figure, title or "What if: another spine share", "τ")
+
+
+def what_if_steps_chart(real: Sequence[int], accepted: Sequence[int], exact: Sequence[bool], real_tau: float,
+                        tau: float, method: str = "goose") -> go.Figure:
+    """Accepted length per step, real (bars) vs a counterfactual setting (line; hollow markers: lower bounds)."""
+    steps = list(range(len(real)))
+    figure = go.Figure(go.Bar(x=steps, y=list(real), name=f"real (τ {real_tau:.2f})", marker_color=OTHER_COLOUR))
+    figure.add_trace(go.Scatter(x=steps, y=list(accepted), mode="lines+markers", name=f"this setting (τ {tau:.2f})",
+                                marker={"symbol": ["circle" if e else "circle-open" for e in exact], "size": 8},
+                                line={"color": method_colour(method)}))
+    figure.update_layout(xaxis_title="step")
+    return _style(figure, "Accepted length per step", "accepted tokens", legend=True)
+
+
+def what_if_charts(curves: Mapping[str, Any], title: str) -> list[go.Figure]:
+    """The bench report's what-if charts from goose.whatif.sweep's curves."""
+    return [budget_sweep_chart(curves["budget"], f"{title}: counterfactual τ and estimated speed-up vs budget"),
+            spine_share_chart(curves["spine_share"], f"{title}: counterfactual τ vs spine share r (goose)")]

@@ -46,7 +46,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
                              max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads,
-                             temperature=args.temperature)
+                             temperature=args.temperature, what_if=args.what_if)
     out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
     summaries, meta = run_bench(settings, out_dir)
     print(format_table(summaries))
@@ -87,6 +87,10 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="0 = greedy (default, lossless check against autoregressive); above, every method "
                             "samples with a per-prompt seed")
+    bench.add_argument("--what-if", action="store_true",
+                       help="also one untimed goose run per prompt with source snapshots: report.html then shows "
+                            "counterfactual tau vs budget and vs spine share (goose, balanced), checked against "
+                            "the real runs (greedy only)")
     bench.add_argument("--out", default=None, help="output folder (default: bench-out/<suite>-<timestamp>)")
     bench.set_defaults(handler=_bench)
     report = commands.add_parser("bench-report", help="rebuild summary.csv and report.html of a benchmark folder "

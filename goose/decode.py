@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
-from goose.budget import tuner_for
+from goose.budget import cost_table, tuner_for
 from goose.config import GooseConfig
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.head import make_head
 from goose.model import GooseModel
 from goose.sampling import Sampling
+from goose.snapshot import Snapshot, take_snapshot
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import ROOT, DraftTree
@@ -71,6 +72,10 @@ class Generation:
                                          self.config.use_bigram) if drafter_class.uses_adjacency else None)
         self.drafted: Counter = Counter()
         self.accepted_by_source: Counter = Counter()
+        self.record_sources = request.record_sources
+        self._snapshot: Snapshot | None = None
+        if self.record_sources:  # what-if speed estimates need this device's verification costs
+            self.run.costs = cost_table(goose_model)
 
     def __iter__(self) -> Iterator[StepRecord]:
         return self._steps()
@@ -125,7 +130,10 @@ class Generation:
         """The sources at this step, as the drafter sees them."""
         match = self.matcher.match() if self.drafter.uses_context else ContextMatch()
         match.tokens = match.tokens[:max(0, self.run.max_new_tokens - len(self.run.tokens) - 1)]
-        return DraftState(anchor, before_anchor, match, self.adjacency, self.drafter.spine_acceptance)
+        state = DraftState(anchor, before_anchor, match, self.adjacency, self.drafter.spine_acceptance)
+        if self.record_sources:
+            self._snapshot, state = take_snapshot(state, self.config)
+        return state
 
     def _verify(self, tree: DraftTree) -> Verification:
         """One forward pass over the tree, the walk, and the accepted path kept in the KV cache."""
@@ -190,9 +198,12 @@ class Generation:
                                     target=verification.targets[i], status=status,
                                     accept_prob=verdict.accept_prob if verdict else None,
                                     reason=verdict.reason if verdict else ""))
+        if self._snapshot is not None:
+            unknown = sorted(self._snapshot.tokens() - self.run.token_texts.keys())
+            self.run.token_texts.update(zip(unknown, self.goose_model.token_texts(unknown)))
         return StepRecord(index=len(self.run.steps), nodes=nodes, accepted=verification.accepted,
                           bonus_token=verification.bonus, bonus_text=texts[-1], committed=committed,
-                          draft_s=draft_s, verify_s=verify_s, budget=budget)
+                          draft_s=draft_s, verify_s=verify_s, budget=budget, snapshot=self._snapshot)
 
 
 @dataclass(frozen=True)
@@ -205,13 +216,16 @@ class Request:
     config: GooseConfig
     sampling: Sampling
     stop: tuple[str, ...]
+    record_sources: bool = False
 
 
 def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | str | None = None, *,
                   stop: Sequence[str] | str | None = None, temperature: float = 0.0, top_k: int = 0,
                   top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
-                  **overrides) -> Request:
-    """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input."""
+                  record_sources: bool = False, **overrides) -> Request:
+    """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
+
+    record_sources: keep a snapshot of the sources in every step (for goose.what_if)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if not isinstance(prompt, str) or not prompt.strip():
@@ -224,15 +238,16 @@ def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128,
         overrides["budget"], overrides["auto_budget"] = budget, False
     config = (config or GooseConfig()).with_overrides(**overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
-                   resolve_stops(stop))
+                   resolve_stops(stop), bool(record_sources))
 
 
 def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
            budget: int | str | None = None, **kwargs) -> Generation:
     """Start a generation; iterate the result for its steps as they happen.
 
-    Keyword arguments: stop, temperature, top_k, top_p, seed, config, and any
-    GooseConfig field as an override. Bad input raises before any work.
+    Keyword arguments: stop, temperature, top_k, top_p, seed, config, record_sources
+    (snapshot each step's sources, for goose.what_if), and any GooseConfig field as an override.
+    Bad input raises before any work.
     """
     request = check_request(prompt, method, max_new_tokens, budget, **kwargs)
     return Generation(goose_model, request)

@@ -2,8 +2,12 @@
 
 A step is one draft-and-verify cycle: the tree (per node its token, text,
 source, parent, depth, score and what the target model chose there), the
-accepted path, the bonus token and the timings. A run is a prompt, a method,
+accepted path, the bonus token and the timings, and optionally a snapshot of
+the sources it was drafted from (goose.snapshot). A run is a prompt, a method,
 its steps and its totals. Both round-trip through JSON.
+
+Format 2 added the snapshots, the texts of the tokens they mention and the
+verification cost table; format 1 traces still load (without them).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-TRACE_FORMAT = "goose-trace/1"
+from goose.snapshot import RowPool, Snapshot
+
+TRACE_FORMAT = "goose-trace/2"
+READABLE_FORMATS = ("goose-trace/1", TRACE_FORMAT)
 
 
 @dataclass
@@ -42,7 +49,8 @@ class NodeRecord:
 
 @dataclass
 class StepRecord:
-    """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings."""
+    """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings;
+    `snapshot` (when recorded): the sources the tree was built from."""
 
     index: int
     nodes: list[NodeRecord]
@@ -53,6 +61,7 @@ class StepRecord:
     draft_s: float
     verify_s: float
     budget: int
+    snapshot: Snapshot | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -63,13 +72,24 @@ class StepRecord:
     def path(self) -> list[int]:
         return [0, *self.accepted]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def revealed(self) -> list[int]:
+        """The target's greedy continuation this step revealed (greedy runs): accepted tokens, then the bonus."""
+        return [self.nodes[n].token for n in self.accepted] + [self.bonus_token]
+
+    def to_dict(self, pool: RowPool | None = None) -> dict[str, Any]:
+        """JSON-ready; the snapshot's adjacency rows go to `pool` (the run's) when given."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("nodes", "snapshot")}
+        data["nodes"] = [asdict(node) for node in self.nodes]
+        data["snapshot"] = self.snapshot.to_dict(pool) if self.snapshot is not None else None
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
+    def from_dict(cls, data: dict[str, Any], rows: list | None = None) -> StepRecord:
         data = dict(data)
         data["nodes"] = [NodeRecord(**node) for node in data["nodes"]]
+        if data.get("snapshot") is not None:
+            data["snapshot"] = Snapshot.from_dict(data["snapshot"], rows)
         return cls(**data)
 
 
@@ -89,7 +109,12 @@ class RunTotals:
 
 @dataclass
 class RunRecord:
-    """A whole generation: inputs, output, steps and totals."""
+    """A whole generation: inputs, output, steps and totals.
+
+    token_texts: texts of the token ids the step snapshots mention (to draw rebuilt trees without a tokenizer).
+                 In JSON the snapshots' adjacency rows are pooled under "rows", each row once.
+    costs:       seconds of one verification pass per tree size on the recording device (with snapshots).
+    """
 
     prompt: str
     method: str
@@ -103,6 +128,8 @@ class RunRecord:
     stop_reason: str = ""
     steps: list[StepRecord] = field(default_factory=list)
     totals: RunTotals = field(default_factory=RunTotals)
+    token_texts: dict[int, str] = field(default_factory=dict)
+    costs: dict[int, float] = field(default_factory=dict)
     format: str = TRACE_FORMAT
 
     @property
@@ -110,8 +137,17 @@ class RunRecord:
         """Draft tokens accepted at each step (the bonus token not counted)."""
         return [step.accepted_length for step in self.steps]
 
+    @property
+    def has_snapshots(self) -> bool:
+        return bool(self.steps) and all(step.snapshot is not None for step in self.steps)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        pool = RowPool()
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "totals")}
+        data["steps"] = [step.to_dict(pool) for step in self.steps]
+        data["totals"] = asdict(self.totals)
+        data["rows"] = pool.to_json()
+        return data
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -121,16 +157,20 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
             raise ValueError(f"not a Goose trace (expected a JSON object with format {TRACE_FORMAT!r})")
         known = {f.name for f in fields(cls)}
         missing = {"prompt", "method", "steps", "totals"} - set(data)
         if missing:
             raise ValueError(f"not a Goose trace: missing {', '.join(sorted(missing))}")
         try:
+            rows = RowPool.from_json(data.get("rows", []))
             data = {k: v for k, v in data.items() if k in known}
-            data["steps"] = [StepRecord.from_dict(step) for step in data["steps"]]
+            data["steps"] = [StepRecord.from_dict(step, rows) for step in data["steps"]]
             data["totals"] = RunTotals(**data["totals"])
+            data["token_texts"] = {int(k): v for k, v in data.get("token_texts", {}).items()}
+            data["costs"] = {int(k): v for k, v in data.get("costs", {}).items()}
+            data["format"] = TRACE_FORMAT
             return cls(**data)
         except (TypeError, KeyError) as error:
             raise ValueError(f"not a Goose trace: {error}") from error

@@ -1,6 +1,6 @@
 """The app in a real headless Chromium: the tree draws offline, the scrubber moves it, the race charts render,
-an unlisted model is refused, Stop leaves a browsable run, race lanes replay in the measured order and a
-100-node tree stays legible.
+an unlisted model is refused, Stop leaves a browsable run, race lanes replay in the measured order, a
+100-node tree stays legible and the Lab rebuilds trees.
 
 Runs on a tiny random model by default (seconds); set GOOSE_BROWSER_MODEL=gemma-3-270m to drive the
 embedded model instead (for screenshots worth showing). Screenshots go to test-artifacts/.
@@ -9,6 +9,7 @@ embedded model instead (for screenshots worth showing). Screenshots go to test-a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 from collections.abc import Iterator
@@ -324,3 +325,90 @@ def test_a_second_visitor_waits_in_the_queue_and_sees_their_place(page, app_url:
     other.close()
     _set_number(page, "explore-max-new", 64)
     _choose(page, "explore-model", MODEL)
+
+
+# ---------------------------------------------------------------- the Lab
+
+def _lab_tree(page, step: int) -> dict:
+    """The rebuilt tree's vis-network (nodes, edges) once step `step` is drawn."""
+    page.wait_for_selector(f'#lab-tree iframe[title="rebuilt tree of step {step}"]')
+    frame = page.locator("#lab-tree iframe").element_handle().content_frame()
+    frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length >= 1")
+    return frame.evaluate(NETWORK_JS)
+
+
+def _would(page) -> tuple[int, int]:
+    text = page.locator("#lab-verdict").inner_text()
+    found = re.search(r"Would have accepted (\d+) \(real: (\d+)\)", text)
+    assert found, text
+    return int(found.group(1)), int(found.group(2))
+
+
+def _set_slider(page, elem_id: str, value: float) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def _wait_would(page, expected: int) -> None:
+    page.wait_for_function(f"() => (document.querySelector('#lab-verdict .lab-would') || {{}}).innerText "
+                           f"=== '{expected}'")
+
+
+def test_lab_opens_a_fresh_explore_run(page) -> None:
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-prompt textarea").fill("one two three, one two three, one two three, one two")
+    page.locator("#explore-run").click()
+    _tree(page, "explore", 0)
+    page.get_by_role("tab", name="Lab").click()
+    page.locator("#lab-source").get_by_text("Explore run").click()
+    page.locator("#lab-open").click()
+    _lab_tree(page, 0)
+    would, real = _would(page)
+    assert would == real, "the step's own settings rebuild the real tree"
+    page.wait_for_selector("#lab-run-chart .js-plotly-plot .main-svg")
+
+
+def test_lab_changes_budget_and_spine_share_on_a_replayed_trace(page) -> None:
+    """The shipped code-completion trace (recorded with snapshots) in the Lab, no model involved."""
+    import goose
+    from app.callbacks import EXAMPLE_TRACES
+    from goose.trace import RunRecord
+
+    run = RunRecord.load(EXAMPLE_TRACES / "code-completion.json")  # the example Replay opens first
+    # a step, a smaller budget and a fixed spine share that each change what the tree would have accepted
+    index, budget, spine_share = next(
+        (i, b, r) for i, step in enumerate(run.steps) for b in (4, 8, 16) for r in (0.0, 1.0)
+        if goose.what_if(run, i, budget=b).accepted != step.accepted_length
+        and goose.what_if(run, i, budget=b, spine_share=r).accepted != goose.what_if(run, i, budget=b).accepted)
+    small = goose.what_if(run, index, budget=budget)
+    share = goose.what_if(run, index, budget=budget, spine_share=spine_share)
+
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-open").click()
+    _tree(page, "replay", 0)
+    page.get_by_role("tab", name="Lab").click()
+    page.locator("#lab-source").get_by_text("Replay trace").click()
+    page.locator("#lab-open").click()
+    page.wait_for_selector("#lab-sweep .js-plotly-plot .main-svg")
+    _set_slider(page, "lab-step", index)
+    first = _lab_tree(page, index)
+    _wait_would(page, run.steps[index].accepted_length)
+    assert _would(page)[1] == run.steps[index].accepted_length
+
+    _set_slider(page, "lab-budget", budget)
+    _wait_would(page, small.accepted)
+    page.wait_for_function("() => document.querySelector('#lab-verdict').innerText"
+                           f".includes('{len(small.tree)} nodes')")
+    smaller = _lab_tree(page, index)
+    assert len(smaller["nodes"]) != len(first["nodes"]), "the rebuilt tree follows the budget"
+
+    page.locator("#lab-fixed-share input[type=checkbox]").check()
+    _set_slider(page, "lab-share", spine_share)
+    _wait_would(page, share.accepted)
+    shared = _lab_tree(page, index)
+    assert shared != smaller, "the rebuilt tree follows the spine share"
+    page.wait_for_selector("#lab-run-chart .js-plotly-plot .main-svg")
+    assert page.locator("#lab-run-chart .js-plotly-plot .scatterlayer .trace").count() >= 1
+    page.screenshot(path=str(ARTIFACTS / "lab.png"), full_page=True)
+    assert not page.remote_requests, "the Lab must work offline: nothing may be fetched from the network"

@@ -83,10 +83,10 @@ def test_a_registered_toy_method_is_offered_and_run_by_the_app(toy_method):
     registry = ModelRegistry()
     registry.register("tiny-llama", tiny_llama(3))
     demo = build_app(registry, "tiny-llama")
-    choices = {component.label: [value for value, _ in component.choices] for component in demo.blocks.values()
-               if isinstance(component, (gr.Dropdown, gr.CheckboxGroup)) and component.label in ("Method",
-                                                                                                 "Also race")}
-    assert toy_method in choices["Method"] and toy_method in choices["Also race"]
+    choices = {component.elem_id or component.label: [value for value, _ in component.choices]
+               for component in demo.blocks.values() if isinstance(component, (gr.Dropdown, gr.CheckboxGroup))}
+    assert toy_method in choices["explore-method"] and toy_method in choices["Also race"]
+    assert toy_method in choices["lab-method"]
     *_, (text, stats, run, *_) = callbacks.explore(registry, PROMPTS[0], "tiny-llama", toy_method, "8", 24)
     assert run.method == toy_method and run.tokens == goose.generate(registry.get("tiny-llama"), PROMPTS[0],
                                                                        "autoregressive", 24, 1).tokens

@@ -18,6 +18,8 @@ from goose import charts
 from goose.bench.records import BenchRun
 from goose.bench.summary import SUMMARY_HEADER, category_speedups, summary_rows
 from goose.metrics import MethodMetrics
+from goose.trace import RunRecord
+from goose.whatif import agreement, sweep
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
@@ -76,19 +78,36 @@ DEFINITIONS = ("tau = new tokens / target forward passes (prefill counted); spee
                "pooled = total tokens / total time, so long generations weigh as much as they cost.")
 
 
-def render_report(runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics], meta: dict[str, Any]) -> str:
+def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetrics], meta: dict[str, Any]) -> str:
+    """The curves goose.whatif draws from the snapshot runs, and their agreement with the real runs."""
+    settings = meta.get("settings", {})
+    real_tau = {s.method: s.tau for s in summaries if s.tau is not None and s.method in ("goose", "balanced")}
+    table = _table(["method", "budget", "counterfactual tau", "real tau", "difference", "exact steps"],
+                   agreement(traces, real_tau, settings.get("budget")))
+    figures_html = "".join(figure.to_html(full_html=False, include_plotlyjs=False)
+                           for figure in charts.what_if_charts(sweep(traces), settings.get("suite", "")))
+    return (f"<h2>What if (from {len(traces)} snapshot runs of goose)</h2><p>Every step of one extra goose run per "
+            "prompt, recorded with source snapshots, rebuilt under each setting and scored against the continuation "
+            "it revealed: a sweep without one full run per setting. The counterfactual keeps the recorded "
+            "trajectory, so it estimates tau; the table checks it against the real runs.</p>"
+            f"{table}{figures_html}")
+
+
+def render_report(runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics], meta: dict[str, Any],
+                  what_if_traces: Sequence[RunRecord] = ()) -> str:
     """The whole page; plotly.js is embedded once, inline, with the first chart."""
     figures_html = [figure.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, figure in
                     enumerate(figures(runs, summaries, meta))]
+    what_if = what_if_section(what_if_traces, summaries, meta) if what_if_traces else ""
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Goose benchmark</title>"
             f"<style>{STYLE}</style></head><body><h1>Goose benchmark</h1><p>{html.escape(settings_line(meta))}</p>"
             f"<p>{html.escape(DEFINITIONS)}</p>"
             f"<h2>Summary</h2>{summary_table(summaries)}<h2>Lossless check</h2>{lossless_table(summaries)}"
-            f"<h2>Charts</h2>{''.join(figures_html)}</body></html>")
+            f"<h2>Charts</h2>{''.join(figures_html)}{what_if}</body></html>")
 
 
 
 def write_report(path: Path, runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics],
-                 meta: dict[str, Any]) -> None:
+                 meta: dict[str, Any], what_if_traces: Sequence[RunRecord] = ()) -> None:
     """Write report.html."""
-    path.write_text(render_report(runs, summaries, meta), encoding="utf-8")
+    path.write_text(render_report(runs, summaries, meta, what_if_traces), encoding="utf-8")

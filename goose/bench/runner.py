@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,11 +28,12 @@ from goose.bench.summary import summarize, write_summary_csv
 from goose.decode import METHODS, eos_ids, generate
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
-from goose.trace import RunTotals
+from goose.trace import RunRecord, RunTotals
 
 HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside reference
 HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, transformers' documented default
 WARMUP_TOKENS = 8
+WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one snapshot trace of goose per prompt (--what-if)
 
 
 def bench_methods() -> tuple[str, ...]:
@@ -51,6 +53,7 @@ class BenchSettings:
     model: str | None = None
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
+    what_if: bool = False  # also one untimed goose run per prompt with source snapshots, for the what-if curves
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -160,6 +163,14 @@ def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, 
             "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds")}
 
 
+def record_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: BenchSettings, folder: Path) -> None:
+    """One untimed goose run of `prompt` with source snapshots, saved for the report's what-if curves."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = format_prompt(goose_model.tokenizer, prompt)
+    run = generate(goose_model, text, "goose", settings.max_new_tokens, settings.budget, record_sources=True)
+    run.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt.id)}.json")
+
+
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
             temperature: float = 0.0) -> None:
     """One short untimed generation per method, so that no timed run pays for first-call set-up."""
@@ -189,7 +200,8 @@ def write_results(out_dir: Path, runs: Sequence[BenchRun], meta: dict[str, Any])
     summaries = summarize(runs, meta["parameter_bytes"], greedy=not meta.get("settings", {}).get("temperature"))
     write_summary_csv(out_dir / "summary.csv", summaries)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    write_report(out_dir / "report.html", runs, summaries, meta)
+    traces = [RunRecord.load(path) for path in sorted((out_dir / WHAT_IF_FOLDER).glob("*.json"))]
+    write_report(out_dir / "report.html", runs, summaries, meta, traces)
     return summaries
 
 
@@ -230,5 +242,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
                                      settings.temperature)
             append_runs(runs_path, prompt_runs)
             runs.extend(prompt_runs)
+            if settings.what_if and not settings.temperature:
+                record_what_if(goose_model, prompt, settings, out_dir / WHAT_IF_FOLDER)
     meta["load_average_end"] = os.getloadavg()
     return write_results(out_dir, runs, meta), meta

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 @dataclass
 class ContextMatch:
-    """A chain of copied tokens and how much we trust it, in [0, 1]."""
+    """A chain of copied tokens, how much we trust it, in [0, 1], and the n-gram length that matched (0: none)."""
 
     tokens: list[int] = field(default_factory=list)
     confidence: float = 0.0
+    ngram: int = 0
 
 
 def match_confidence(length: int, consensus: bool, long_match: int) -> float:
@@ -90,4 +91,4 @@ class ContextMatcher:
                 if not more:
                     break
                 chain.extend(more)
-        return ContextMatch(chain, confidence)
+        return ContextMatch(chain, confidence, self._lookup(self.tokens)[0] if chain else 0)

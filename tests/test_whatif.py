@@ -1,0 +1,216 @@
+"""Source snapshots and what-if trees: the recorded tree rebuilds exactly, counterfactual counts match a real
+verification whenever marked exact, bad settings and snapshot-less traces get clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny import tiny_gemma3
+
+import goose
+from goose.head import make_head
+from goose.snapshot import SNAPSHOT_BUDGET
+from goose.trace import RunRecord
+from goose.verify import Verifier
+from goose.walk import GreedyWalker
+from goose.whatif import NoSnapshotError, run_what_if, step_cost, sweep, what_if
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+SETTINGS = [{}, {"budget": 6}, {"budget": 40, "spine_share": 0.3}, {"method": "balanced", "budget": 24},
+            {"rho": 0.0, "max_branch_depth": 3}, {"use_bigram": False, "budget": 16},
+            {"method": "pld", "budget": 32}, {"method": "goose", "spine_share": 1.0, "branching": 2}]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_gemma3(0)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny) -> RunRecord:
+    return goose.generate(tiny, PROMPT, "goose", 40, budget=24, record_sources=True)
+
+
+def node_tree(step) -> tuple[list, list, list, list]:
+    return ([n.token for n in step.nodes], [n.parent for n in step.nodes], [n.source for n in step.nodes],
+            [n.score for n in step.nodes])
+
+
+def real_accepted(goose_model, run: RunRecord, trees: dict[int, list[goose.DraftTree]]) -> dict[int, list[int]]:
+    """Verify each step's trees for real with the target model, from the KV cache that step verified against."""
+    verifier = Verifier(goose_model.model)
+    walker = GreedyWalker(make_head(goose_model.model, screened=True))
+    context = list(run.prompt_tokens)
+    before, accepted = 1, {}  # tokens committed before each step: the prefill's one, then each step's
+    for step in run.steps:
+        prefix = context + run.tokens[:before - 1]  # the anchor is the tree root, not in the cache
+        verifier.truncate(min(verifier.prefix_length, len(prefix)))
+        verifier.forward_chain(prefix[verifier.prefix_length:])
+        verifier.truncate(len(prefix))
+        accepted[step.index] = []
+        for tree in trees.get(step.index, []):
+            verification = walker.walk(tree, verifier.forward_tree(tree), 0)
+            verifier.truncate(len(prefix))
+            accepted[step.index].append(len(verification.accepted))
+        before += len(step.committed)
+    return accepted
+
+
+def check_exact_counts(goose_model, runs: list[RunRecord], settings: list[dict]) -> int:
+    """Every exact counterfactual equals the real verification of the same tree; returns how many were exact."""
+    exact = 0
+    for run in runs:
+        results = {i: [what_if(run, i, **s) for s in settings] for i in range(len(run.steps))}
+        real = real_accepted(goose_model, run, {i: [r.tree for r in rs] for i, rs in results.items()})
+        for i, rs in results.items():
+            for setting, result, count in zip(settings, rs, real[i]):
+                if result.exact:
+                    exact += 1
+                    assert result.accepted == count, (run.prompt[:30], i, setting)
+                else:
+                    assert result.accepted <= count, "a lower bound never exceeds the real count"
+    return exact
+
+
+@pytest.mark.parametrize("method", list(goose.METHODS))
+def test_own_snapshot_rebuilds_the_recorded_tree(tiny, method):
+    run = goose.generate(tiny, PROMPT, method, 30, budget=20, record_sources=True)
+    loaded = RunRecord.from_json(run.to_json())
+    assert loaded.has_snapshots and loaded.steps
+    for record in (run, loaded):
+        for step in record.steps:
+            result = what_if(record, step.index)
+            tree = result.tree
+            assert (tree.tokens, tree.parents, tree.sources, tree.scores) == node_tree(step), (method, step.index)
+            assert result.accepted == step.accepted_length and result.exact
+            assert result.accepted_path == step.accepted
+
+
+def test_recording_changes_nothing_but_the_trace(tiny, tiny_run):
+    plain = goose.generate(tiny, PROMPT, "goose", 40, budget=24)
+    assert plain.tokens == tiny_run.tokens
+    assert [node_tree(s) for s in plain.steps] == [node_tree(s) for s in tiny_run.steps]
+    assert all(s.snapshot is None for s in plain.steps) and not plain.token_texts and not plain.costs
+    snapshot = tiny_run.steps[0].snapshot
+    assert snapshot.max_budget == SNAPSHOT_BUDGET and snapshot.unigram
+    assert snapshot.tokens() <= tiny_run.token_texts.keys(), "every token a rebuilt tree may show has its text"
+    assert tiny_run.costs and all(c > 0 for c in tiny_run.costs.values())
+
+
+def test_counterfactual_equals_real_verification_when_exact_tiny(tiny, tiny_run):
+    assert check_exact_counts(tiny, [tiny_run], SETTINGS) > len(tiny_run.steps)
+
+
+def test_settings_change_the_tree(tiny_run):
+    step = max(range(len(tiny_run.steps)), key=lambda i: len(tiny_run.steps[i].nodes))
+    sizes = {len(what_if(tiny_run, step, budget=b).tree) for b in (2, 8, 32)}
+    assert len(sizes) == 3
+    chain = what_if(tiny_run, step, method="pld", budget=64).tree
+    assert set(chain.sources[1:]) <= {"spine"}
+    balanced = what_if(tiny_run, step, method="balanced", branching=2, budget=32).tree
+    assert all(len(balanced.children[n]) <= 2 for n in range(len(balanced)))
+
+
+def test_missing_rows_are_reported_not_guessed(tiny):
+    run = goose.generate(tiny, PROMPT, "pld", 20, budget=16, record_sources=True)  # pld keeps no adjacency table
+    result = what_if(run, 0, method="goose", budget=16)
+    assert result.missing_rows > 0 and not result.complete and not result.exact
+    assert run_what_if(run, method="goose").missing_steps == len(run.steps)
+
+
+@pytest.mark.parametrize("settings, error", [
+    ({"method": "beam"}, "unknown method"),
+    ({"budget": 0}, "budget"),
+    ({"budget": 2.5}, "budget"),
+    ({"budget": SNAPSHOT_BUDGET + 1}, "recorded for"),
+    ({"spine_share": 1.5}, "spine_share"),
+    ({"rho": -0.1}, "spine_branch_share"),
+    ({"top_k": 4}, "draft sources"),
+    ({"ngram_lengths": (2,)}, "draft sources"),
+])
+def test_bad_settings_give_a_clear_error(tiny_run, settings, error):
+    with pytest.raises(ValueError, match=error):
+        what_if(tiny_run, 0, **settings)
+
+
+def test_bad_step_and_unknown_setting(tiny_run, tiny):
+    with pytest.raises(ValueError, match="step_index"):
+        what_if(tiny_run, len(tiny_run.steps))
+    with pytest.raises(TypeError, match="unknown Goose option"):
+        what_if(tiny_run, 0, bugdet=3)
+    sampled = goose.generate(tiny, PROMPT, "goose", 8, budget=8, temperature=0.8, seed=1, record_sources=True)
+    with pytest.raises(ValueError, match="greedy"):
+        what_if(sampled, 0)
+
+
+def test_old_trace_without_snapshots_opens_but_cannot_rebuild(tiny_run, tmp_path):
+    data = json.loads(tiny_run.to_json())
+    data["format"] = "goose-trace/1"
+    for key in ("token_texts", "costs"):
+        del data[key]
+    for step in data["steps"]:
+        del step["snapshot"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = RunRecord.load(path)
+    assert old.tokens == tiny_run.tokens and not old.has_snapshots
+    with pytest.raises(NoSnapshotError, match="record_sources=True"):
+        what_if(old, 0)
+    with pytest.raises(NoSnapshotError):
+        run_what_if(old)
+
+
+def test_whole_run_counterfactual(tiny_run):
+    own = run_what_if(tiny_run)
+    assert own.accepted == own.real and own.tau == pytest.approx(tiny_run.totals.tau)
+    assert own.exact_steps == len(tiny_run.steps) and own.speedup > 0
+    small = run_what_if(tiny_run, budget=2)
+    assert all(a <= budget - 1 for a, budget in zip(small.accepted, small.budgets)), "a tree accepts < its nodes"
+    assert small.budgets != own.budgets and small.tau <= own.tau
+    curves = sweep([tiny_run], budgets=(2, 16), spine_shares=(0.0, 1.0))
+    assert set(curves["budget"]) == {"goose", "balanced"} and len(curves["spine_share"]) == 2
+    assert all(tau >= 1.0 for _, tau, _ in curves["budget"]["goose"])
+
+
+def test_step_cost_interpolates():
+    costs = {2: 1.0, 4: 2.0, 8: 3.0}
+    assert step_cost(costs, 3) == pytest.approx(1.5) and step_cost(costs, 8) == 3.0
+    assert step_cost(costs, 16) == pytest.approx(5.0) and step_cost(costs, 1) == 1.0
+
+
+@pytest.mark.slow
+def test_counterfactual_equals_real_verification_when_exact_gemma(gemma):
+    prompts = ["List the days of the week, one per line:\nMonday\nTuesday\n",
+               "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\n# test\nprint(fib("]
+    runs = [goose.generate(gemma, p, "goose", 24, budget=16, record_sources=True) for p in prompts]
+    settings = [{}, {"budget": 6}, {"budget": 48, "spine_share": 0.3}, {"method": "balanced", "budget": 24},
+                {"rho": 0.0, "max_branch_depth": 3}]
+    assert check_exact_counts(gemma, runs, settings) >= len(settings) * len(prompts)
+
+
+def test_bench_what_if_adds_the_curves_and_agrees_with_the_real_run(tmp_path):
+    import functools
+
+    import torch
+    from tiny import tiny_llama
+
+    from goose import bench
+    from goose.bench import BenchSettings
+    from goose.cli import build_parser
+
+    assert build_parser().parse_args(["bench", "--suite", "mtbench", "--what-if"]).what_if
+    settings = BenchSettings(suite="mtbench", methods=("goose", "balanced"), limit=2, budget=8, max_new_tokens=12,
+                             threads=torch.get_num_threads(), what_if=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.runner, "measure_memory_bandwidth", functools.partial(bench.measure_memory_bandwidth,
+                                                                                  nbytes=1 << 24))
+        bench.run_bench(settings, tmp_path, tiny_llama(0), progress=False)
+    traces = sorted((tmp_path / "what-if").glob("*.json"))
+    assert len(traces) == 2 and all(RunRecord.load(p).has_snapshots for p in traces)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for title in ("What if", "estimated speed-up vs budget", "vs spine share r"):
+        assert title in page
+    section = page[page.index("<h2>What if"):]
+    goose_row = section[section.index("<td>goose</td>"):].split("</tr>")[0]
+    assert "+0.0 %" in goose_row and "100 %" in goose_row, "goose at its own budget: the counterfactual is the run"
