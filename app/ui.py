@@ -137,7 +137,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                     elem_id="explore-examples")
                     with gr.Column(scale=2):
                         model = model_box(registry, default_model, "explore-model")
-                        method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method", elem_id="explore-method")
+                        method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method",
+                                             elem_id="explore-method")
                         budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                              label="Node budget per tree",
                                              info=f"auto = the library default; 1–{limits.max_budget}")
