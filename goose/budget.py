@@ -49,11 +49,11 @@ def _cost_key(goose_model, threads: int) -> str:
 def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256, repeats: int = 3
                   ) -> dict[int, float]:
     """Median seconds of one tree verification (body + screened head + top-k) per node count."""
-    from goose.head import make_head
+    from goose.head import head_for
     from goose.verify import Verifier
 
     verifier = Verifier(goose_model.model)
-    head = make_head(goose_model.model, screened=True)
+    head = head_for(goose_model, "screened")
     vocab = goose_model.vocab_size
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(vocab, (prefix,), generator=generator).tolist()

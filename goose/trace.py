@@ -75,7 +75,10 @@ class StepRecord:
 
 @dataclass
 class RunTotals:
-    """Totals of a run. tau = new tokens / target forward passes (prefill counted)."""
+    """Totals of a run. tau = new tokens / target forward passes (prefill counted).
+
+    wall_s runs from the call to the last token, set-up included; setup_s is the part before the
+    prefill (encoding, head, verifier, tables), prefill_s the prompt's forward pass."""
 
     new_tokens: int = 0
     forward_passes: int = 0
@@ -83,6 +86,7 @@ class RunTotals:
     tokens_per_s: float = 0.0
     wall_s: float = 0.0
     prefill_s: float = 0.0
+    setup_s: float = 0.0
     drafted: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
 
@@ -103,6 +107,7 @@ class RunRecord:
     stop_reason: str = ""
     steps: list[StepRecord] = field(default_factory=list)
     totals: RunTotals = field(default_factory=RunTotals)
+    head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
     format: str = TRACE_FORMAT
 
     def to_dict(self) -> dict[str, Any]:
