@@ -80,6 +80,17 @@ def test_speculative_methods_are_lossless(name, method):
     assert speculated > 0, "no draft token was ever accepted: the test would not catch a broken walk"
 
 
+@pytest.mark.parametrize("name", ["llama-0", "gemma3-window5"])
+def test_every_method_is_lossless_with_the_full_head_too(name):
+    """head="full" switches every method, the baseline included, to the textbook float32 head."""
+    for method in goose.METHODS:
+        for prompt in (PROMPTS["code"], echo_prompt(name)):
+            for budget in (7, 40):
+                run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS, budget=budget,
+                                     head="full")
+                assert run.tokens == reference(name, prompt), (method, prompt, budget)
+
+
 def test_sliding_window_is_needed_in_the_mask(monkeypatch):
     """Dropping the window from the mask changes the output: the lossless tests above do test it."""
     name, prompt = "gemma3-window5", PROMPTS["long"]
