@@ -3,9 +3,11 @@
 Metrics as the paper and its reference code define them (DESIGN.md §2):
 tau = generated tokens / target forward passes (prefill counted); speedup =
 tokens/s of a method / tokens/s of autoregressive decoding on the same prompts
-in the same session. Methods run interleaved per prompt so that drifts in
-machine load touch all of them alike. Every method's tokens are compared with
-autoregressive greedy decoding: a speedup only counts if it is lossless.
+in the same session, and over transformers' own greedy `generate`. Methods run
+interleaved per prompt so that drifts in machine load touch all of them alike.
+Every method's tokens are compared with autoregressive greedy decoding: a
+speedup only counts if it is lossless. Each call is also timed from outside,
+so a library clock that left something out would show.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ from typing import Any, Self
 import torch
 
 from goose.decode import METHODS, eos_ids, generate
+from goose.head import HEADS
 from goose.model import GooseModel
 
 BASELINE = "autoregressive"
+HF_GENERATE = "hf-generate"  # transformers' own decoding loop: the outside baseline
 HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside reference
-BENCH_METHODS = (*METHODS, HF_PLD)
 HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, transformers' documented default
+HF_METHODS = {HF_GENERATE: {}, HF_PLD: {"prompt_lookup_num_tokens": HF_PLD_TOKENS}}  # extra `generate` arguments
+BENCH_METHODS = (*METHODS, *HF_METHODS)
 SUITES = ("humaneval", "mtbench")
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MT_BENCH = ASSETS / "mt_bench_question.jsonl"
@@ -63,6 +68,7 @@ class BenchRun:
     matches_autoregressive: bool | None = None
     load_average: float | None = None  # the machine's 1-minute load when the run ended: other work skews timings
     cpu_s: float | None = None  # this process's CPU time for the run: less swayed by other work than wall time
+    stopwatch_s: float | None = None  # the call timed from outside: checks that totals["wall_s"] leaves nothing out
 
     @property
     def new_tokens(self) -> int:
@@ -92,6 +98,11 @@ class BenchSettings:
     model: str | None = None
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
+    head: str = "screened"  # the LM head of every Goose method, the baseline too (goose.head.HEADS)
+
+    def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEADS)}")
 
 
 # --- suites -----------------------------------------------------------------------------------------------------
@@ -199,50 +210,55 @@ class ForwardCounter:
 
 
 def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
-                     budget: int | None, temperature: float = 0.0) -> BenchRun:
+                     budget: int | None, temperature: float = 0.0, head: str = "screened") -> BenchRun:
     """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
     run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
-                   seed=sum(map(ord, prompt.id)) if temperature else None)
+                   seed=sum(map(ord, prompt.id)) if temperature else None, head=head)
     return BenchRun(prompt.id, prompt.category, method, len(run.prompt_tokens), list(run.tokens), run.text,
                     asdict(run.totals), [step.accepted_length for step in run.steps],
                     "auto" if run.config.get("auto_budget") else run.config["budget"])
 
 
-def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_tokens: int,
-               temperature: float = 0.0) -> BenchRun:
-    """transformers' prompt lookup decoding, timed the same way (wall time includes the prefill).
+def run_transformers(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
+                     temperature: float = 0.0) -> BenchRun:
+    """transformers' own `generate` (hf-generate), or its prompt lookup decoding (hf-pld), timed the same way:
+    from the call, encoding included, to the last token. Its own float32 head, whatever the bench's head.
 
-    Its forward passes are counted with a hook, so tau is known too; the
+    Forward passes are counted with a hook, so tau is known too; the
     per-step accepted lengths are not.
     """
+    start = time.perf_counter()
     prompt_tokens = goose_model.encode(text)
     input_ids = torch.tensor([prompt_tokens], device=goose_model.model.device)
     eos = sorted(eos_ids(goose_model)) or None
     with ForwardCounter(goose_model.model) as counter, torch.inference_mode():
-        start = time.perf_counter()
         output = goose_model.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                             max_new_tokens=max_new_tokens, do_sample=temperature > 0,
                                             **({"temperature": temperature, "top_k": 0} if temperature else {}),
-                                            prompt_lookup_num_tokens=HF_PLD_TOKENS, eos_token_id=eos,
+                                            **HF_METHODS[method], eos_token_id=eos,
                                             pad_token_id=goose_model.tokenizer.pad_token_id)
-        wall = time.perf_counter() - start
+    wall = time.perf_counter() - start
     tokens = output[0, len(prompt_tokens):].tolist()
     forwards = counter.calls
     totals = {"new_tokens": len(tokens), "forward_passes": forwards,
               "tau": len(tokens) / forwards if forwards else None,
               "tokens_per_s": len(tokens) / wall if wall > 0 else 0.0, "wall_s": wall, "prefill_s": None,
               "drafted": {}, "accepted": {}}
-    return BenchRun(prompt.id, prompt.category, HF_PLD, len(prompt_tokens), tokens, goose_model.decode(tokens),
+    return BenchRun(prompt.id, prompt.category, method, len(prompt_tokens), tokens, goose_model.decode(tokens),
                     totals)
 
 
 def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
-            budget: int | None, temperature: float = 0.0) -> BenchRun:
-    """One prompt x method, whichever implementation the method lives in."""
+            budget: int | None, temperature: float = 0.0, head: str = "screened") -> BenchRun:
+    """One prompt x method, whichever implementation the method lives in, with a stopwatch around the call."""
     text = format_prompt(goose_model.tokenizer, prompt)
-    if method == HF_PLD:
-        return run_hf_pld(goose_model, prompt, text, max_new_tokens, temperature)
-    return run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature)
+    start = time.perf_counter()
+    if method in HF_METHODS:
+        run = run_transformers(goose_model, prompt, text, method, max_new_tokens, temperature)
+    else:
+        run = run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature, head)
+    run.stopwatch_s = time.perf_counter() - start
+    return run
 
 
 def mark_lossless(runs: Iterable[BenchRun]) -> None:
@@ -321,6 +337,7 @@ class MethodSummary:
     tokens_per_s: float
     tau: float | None
     speedup_pooled: float | None
+    speedup_hf: float | None  # pooled, over transformers' greedy `generate` (hf-generate) instead
     speedup_median: float | None
     speedup_min: float | None
     cpu_speedup: float | None  # pooled, by CPU time instead of wall time
@@ -331,7 +348,8 @@ class MethodSummary:
 
 
 def summarize_method(method: str, runs: Sequence[BenchRun], baseline: Sequence[BenchRun],
-                     speedups: dict[str, float], parameter_bytes: int) -> MethodSummary:
+                     speedups: dict[str, float], parameter_bytes: int,
+                     hf_baseline: Sequence[BenchRun] = ()) -> MethodSummary:
     """Pooled and per-prompt figures of one method. Bandwidth achieved = parameter bytes x forwards per second."""
     tokens = sum(run.new_tokens for run in runs)
     wall = sum(run.wall_s for run in runs)
@@ -345,6 +363,7 @@ def summarize_method(method: str, runs: Sequence[BenchRun], baseline: Sequence[B
         method=method, prompts=len(runs), new_tokens=tokens, forward_passes=forwards, wall_s=wall,
         tokens_per_s=tokens_per_s, tau=_ratio(tokens, forwards) if forwards else None,
         speedup_pooled=_ratio(tokens_per_s, pooled_tokens_per_s(baseline)),
+        speedup_hf=_ratio(tokens_per_s, pooled_tokens_per_s(hf_baseline)) if hf_baseline else None,
         speedup_median=statistics.median(speedups.values()) if speedups else None,
         speedup_min=min(speedups.values()) if speedups else None,
         cpu_speedup=_ratio(cpu_rate, baseline_cpu_rate) if cpu_rate else None,
@@ -359,9 +378,9 @@ def summarize(runs: Sequence[BenchRun], parameter_bytes: int = 0) -> list[Method
     by_method: dict[str, list[BenchRun]] = defaultdict(list)
     for run in runs:
         by_method[run.method].append(run)
-    baseline = by_method.get(BASELINE, [])
+    baseline, hf_baseline = by_method.get(BASELINE, []), by_method.get(HF_GENERATE, [])
     speedups = per_prompt_speedups(runs)
-    return [summarize_method(method, group, baseline, speedups.get(method, {}), parameter_bytes)
+    return [summarize_method(method, group, baseline, speedups.get(method, {}), parameter_bytes, hf_baseline)
             for method, group in by_method.items()]
 
 
@@ -376,7 +395,8 @@ def format_cell(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-SUMMARY_HEADER = ("method", "prompts", "tokens", "forwards", "wall s", "tau", "tok/s", "speedup", "median", "min",
+SUMMARY_HEADER = ("method", "prompts", "tokens", "forwards", "wall s", "tau", "tok/s", "speedup", "vs hf-gen",
+                  "median", "min",
                   "cpu-speedup", "acc/step", "acceptance", "GB/s", "lossless")
 
 
@@ -384,7 +404,8 @@ def summary_rows(summaries: Sequence[MethodSummary]) -> list[list[str]]:
     """The summary as table cells under SUMMARY_HEADER, for the terminal and the report alike."""
     return [[s.method, format_cell(s.prompts), format_cell(s.new_tokens), format_cell(s.forward_passes),
              format_cell(s.wall_s, 1), format_cell(s.tau), format_cell(s.tokens_per_s, 1),
-             format_cell(s.speedup_pooled), format_cell(s.speedup_median), format_cell(s.speedup_min),
+             format_cell(s.speedup_pooled), format_cell(s.speedup_hf), format_cell(s.speedup_median),
+             format_cell(s.speedup_min),
              format_cell(s.cpu_speedup), format_cell(s.mean_accepted_length),
              " ".join(f"{source} {rate:.3f}" for source, rate in s.acceptance.items()) or "-",
              format_cell(s.bandwidth_gb_s, 1), format_cell(s.lossless)] for s in summaries]
@@ -470,21 +491,21 @@ def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, 
 
 
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
-            temperature: float = 0.0) -> None:
-    """One short untimed generation per method, so that no timed run pays for first-call set-up."""
+            temperature: float = 0.0, head: str = "screened") -> None:
+    """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
     for method in methods:
-        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature)
+        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature, head)
 
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
                budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
-               temperature: float = 0.0) -> list[BenchRun]:
+               temperature: float = 0.0, head: str = "screened") -> list[BenchRun]:
     """Every method in turn on one prompt (the interleaving), each checked against autoregressive
     (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""
     runs = []
     for method in methods:
         cpu_start = time.process_time()
-        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget, temperature))
+        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget, temperature, head))
         runs[-1].cpu_s = time.process_time() - cpu_start
         runs[-1].load_average = os.getloadavg()[0]
         on_run(runs[-1])
@@ -528,7 +549,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     runs_path.write_text("", encoding="utf-8")
     meta = machine_info(goose_model, settings)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature)
+    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
 
     runs: list[BenchRun] = []
     with tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress) as bar:
@@ -538,7 +559,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
 
         for prompt in prompts:
             prompt_runs = run_prompt(goose_model, prompt, methods, settings.max_new_tokens, settings.budget, advance,
-                                     settings.temperature)
+                                     settings.temperature, settings.head)
             append_runs(runs_path, prompt_runs)
             runs.extend(prompt_runs)
     meta["load_average_end"] = os.getloadavg()

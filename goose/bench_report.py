@@ -147,9 +147,12 @@ def settings_line(meta: dict[str, Any]) -> str:
     settings = meta.get("settings", {})
     bandwidth = ", ".join(f"{k} {v:.1f} GB/s" for k, v in meta.get("memory_bandwidth_gb_s", {}).items())
     budget = settings.get("budget")
+    temperature = settings.get("temperature")
+    decoding = f"temperature {temperature}" if temperature else "greedy"
     return (f"suite {settings.get('suite')}, model {meta.get('model')} "
             f"({meta.get('parameter_bytes', 0) / 1e6:.0f} MB of parameters) on {meta.get('device')}, "
-            f"{meta.get('threads')} threads of {meta.get('cpu_count')} CPUs, greedy, "
+            f"{meta.get('threads')} threads of {meta.get('cpu_count')} CPUs, {decoding}, "
+            f"{settings.get('head', 'screened')} LM head, "
             f"max {settings.get('max_new_tokens')} new tokens, budget {'auto' if budget is None else budget}; "
             f"torch {meta.get('torch')}, transformers {meta.get('transformers')}; memory bandwidth {bandwidth}; "
             f"load average at start {meta.get('load_average_start')}, end {meta.get('load_average_end')}; "
@@ -167,8 +170,10 @@ def render_report(runs: Sequence[BenchRun], summaries: Sequence[MethodSummary], 
               enumerate(figures(runs, summaries, meta))]
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Goose benchmark</title>"
             f"<style>{STYLE}</style></head><body><h1>Goose benchmark</h1><p>{html.escape(settings_line(meta))}</p>"
-            "<p>tau = new tokens / target forward passes; speedup = tokens/s over autoregressive tokens/s on the "
-            "same prompts in the same session (methods interleaved per prompt).</p>"
+            "<p>tau = new tokens / target forward passes; speedup = tokens/s over autoregressive tokens/s (the "
+            "same LM head) on the same prompts in the same session (methods interleaved per prompt); vs hf-gen = "
+            "the same over transformers' greedy generate. Wall time runs from the call to the last token, "
+            "set-up included.</p>"
             f"<h2>Summary</h2>{summary_table(summaries)}<h2>Lossless check</h2>{lossless_table(runs)}"
             f"<h2>Charts</h2>{''.join(charts)}</body></html>")
 
