@@ -98,6 +98,11 @@ def parse_seed(value: Any) -> int | None:
         raise gr.Error(f"The seed must be a whole number or blank, got {value!r}.") from None
 
 
+def head_kind(full_head: bool) -> str:
+    """The app's checkbox as the library's head option."""
+    return "full" if full_head else "screened"
+
+
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
            budget: int | None, **sampling: Any) -> goose.Generation:
     try:
@@ -199,7 +204,7 @@ def view_run(run: RunRecord, status: str = "") -> tuple[str, str, RunRecord, gr.
 
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
             max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-            seed: Any = None) -> Iterator[tuple]:
+            seed: Any = None, full_head: bool = False) -> Iterator[tuple]:
     """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
 
     Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
@@ -215,7 +220,8 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
     generation = _start(model, prompt, method, limit, nodes, temperature=float(temperature or 0.0),
-                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed))
+                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed),
+                        head=head_kind(full_head))
     last_yield = 0.0
     for _ in generation:
         now = time.perf_counter()
@@ -293,8 +299,8 @@ def lossless_badge(runs: dict[str, RunRecord]) -> str:
 
 
 def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: list[str] | None, budget: Any,
-         max_new_tokens: Any, progress: gr.Progress = NO_PROGRESS) -> tuple:
-    """Run the same prompt through each method (same model, budget, greedy) and compare them."""
+         max_new_tokens: Any, full_head: bool = False, progress: gr.Progress = NO_PROGRESS) -> tuple:
+    """Run the same prompt through each method (same model, budget, head, greedy) and compare them."""
     prompt = check_prompt(prompt)
     unknown = [m for m in extra_methods or [] if m not in EXTRA_RACE_METHODS]
     if unknown:
@@ -304,13 +310,14 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     limit = parse_max_new_tokens(max_new_tokens)
     progress(0.0, desc=f"loading {canonical_name(model_name)}")
     model = get_model(registry, model_name)
-    _start(model, prompt, "autoregressive", limit, nodes)  # checks the input once, before any work
+    head = head_kind(full_head)
+    _start(model, prompt, "autoregressive", limit, nodes, head=head)  # checks the input once, before any work
     progress(0.02, desc="warming up")
-    goose.generate(model, prompt, "autoregressive", 2)  # first-call costs must not count against the first racer
+    goose.generate(model, prompt, "autoregressive", 2, head=head)  # builds the head once, outside every racer
     runs: dict[str, RunRecord] = {}
     for i, method in enumerate(methods):
         progress((i, len(methods)), desc=f"racing {method}", unit="methods")
-        generation = _start(model, prompt, method, limit, nodes)
+        generation = _start(model, prompt, method, limit, nodes, head=head)
         for _ in generation:
             pass
         runs[method] = generation.run

@@ -26,6 +26,9 @@ from the target model. Greedy output is identical to plain autoregressive decodi
 BUDGET_CHOICES = ["auto", "8", "16", "32", "60", "100"]
 MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging Face id / a local folder "
               "(a causal LM with eager or sdpa attention).")
+FULL_HEAD_LABEL = "Textbook float32 LM head"
+FULL_HEAD_INFO = ("Off: every method uses the screened head (the same exact argmax through a bf16 screen, "
+                  "cheaper). On: every method, the baseline too, uses the full float32 head.")
 
 
 def load_examples() -> list[dict[str, str]]:
@@ -94,6 +97,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                                              label="Node budget per tree",
                                              info=f"auto = the library default; 1–{callbacks.MAX_BUDGET}")
                         max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens")
+                        full_head = gr.Checkbox(False, label=FULL_HEAD_LABEL, info=FULL_HEAD_INFO)
                         with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
                             top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
@@ -102,12 +106,15 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                         go_button = gr.Button("Run", variant="primary", elem_id="explore-run")
                 explore = run_viewer("explore")
                 go_button.click(partial(callbacks.explore, registry),
-                                [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed],
+                                [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head],
                                 explore.outputs, concurrency_limit=1, concurrency_id="model")
 
             with gr.Tab("Race", id="race"):
                 gr.Markdown("Same prompt, model and budget through **autoregressive**, **balanced** (isotropic "
-                            "tree) and **goose** (spine tree); add more methods below. Greedy decoding.")
+                            "tree) and **goose** (spine tree); add more methods below. Greedy decoding. The "
+                            "baseline of every speed-up is **autoregressive decoding** of the same model with the "
+                            "same LM head, one token per forward pass; every wall time runs from the call to the "
+                            "last token, set-up included.")
                 with gr.Row():
                     with gr.Column(scale=3):
                         race_prompt = gr.Textbox(label="Prompt", lines=6, elem_id="race-prompt")
@@ -120,6 +127,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                         race_budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                                   label="Node budget per tree")
                         race_max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens")
+                        race_full_head = gr.Checkbox(False, label=FULL_HEAD_LABEL, info=FULL_HEAD_INFO)
                         race_button = gr.Button("Race", variant="primary", elem_id="race-run")
                 badge = gr.HTML(elem_id="race-badge")
                 with gr.Row():
@@ -132,7 +140,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str = goose.
                 table = gr.Dataframe(headers=callbacks.RACE_COLUMNS, label="Numbers", interactive=False,
                                      elem_id="race-table")
                 race_button.click(partial(callbacks.race, registry),
-                                  [race_prompt, race_model, extras, race_budget, race_max_new],
+                                  [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head],
                                   [speed, tau, speedup, lengths, sources, table, badge],
                                   concurrency_limit=1, concurrency_id="model")
 
