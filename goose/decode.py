@@ -63,7 +63,7 @@ class Generation:
                              head=request.head)
         self.eos = eos_ids(goose_model)
         drafter_class = METHODS[request.method]
-        tuner = (tuner_for(goose_model, request.method)
+        tuner = (tuner_for(goose_model, request.method, request.head)
                  if self.config.auto_budget and drafter_class.speculative else None)
         self.drafter: Drafter = drafter_class(self.config, tuner)
         # Every method, the baseline too, applies the same head (built once per model).

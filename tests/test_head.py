@@ -113,3 +113,18 @@ def test_screened_argmax_on_the_real_gemma_head(gemma):
         hidden = gemma.model.get_decoder()(input_ids=ids).last_hidden_state[0]
     screened = _check_same_argmax(gemma.model.lm_head, hidden)
     assert screened.screened_rows < 10 * hidden.shape[0], "the screen should leave only a few rows to recompute"
+
+
+def test_auto_budget_costs_are_measured_with_the_runs_head(monkeypatch, tmp_path):
+    import goose.budget
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    measured = []
+    monkeypatch.setattr(goose.budget, "measure_costs",
+                        lambda model, head="screened": measured.append(head) or {2: 1.0, 8: 2.0})
+    model = tiny_llama(0)
+    goose.generate(model, "abcabc", "goose", 4, head="full")
+    goose.generate(model, "abcabc", "goose", 4)
+    goose.generate(model, "abcabc", "goose", 4, head="full")
+    assert measured == ["full", "screened"]
+    assert set(model._budget_tuners) == {("goose", "full"), ("goose", "screened")}
