@@ -115,6 +115,11 @@ def parse_seed(value: Any) -> int | None:
         raise gr.Error(f"The seed must be a whole number or blank, got {value!r}.") from None
 
 
+def head_kind(full_head: bool) -> str:
+    """The app's checkbox as the library's head option."""
+    return "full" if full_head else "screened"
+
+
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
            budget: int | None, **sampling: Any) -> goose.Generation:
     try:
@@ -233,7 +238,8 @@ def arm(session: str | None) -> None:
 
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
             max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-            seed: Any = None, session: str | None = None, *, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple]:
+            seed: Any = None, full_head: bool = False, session: str | None = None, *,
+            limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple]:
     """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
 
     Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
@@ -253,7 +259,8 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
                         temperature=float(temperature or 0.0),
-                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed))
+                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed),
+                        head=head_kind(full_head))
     guard = RunGuard(STOPS, session, limits.max_run_s)
     last_yield = 0.0
     try:
@@ -375,9 +382,9 @@ def race_status(runs: dict[str, RunRecord], methods: list[str], limits: Limits) 
 
 
 def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: list[str] | None, budget: Any,
-         max_new_tokens: Any, session: str | None = None, progress: gr.Progress = NO_PROGRESS, *,
-         limits: Limits = DEFAULT_LIMITS) -> tuple:
-    """Run the same prompt through each method (same model, budget, greedy) and compare them.
+         max_new_tokens: Any, full_head: bool = False, session: str | None = None,
+         progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> tuple:
+    """Run the same prompt through each method (same model, budget, head, greedy) and compare them.
 
     Returns the charts, the table, the badge, the race lanes and the race trace download. Stop or
     the server's time limit (for the whole race) end the current method between two steps and
@@ -394,9 +401,10 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     progress(0.0, desc=f"loading {canonical_name(model_name)}")
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
-    _start(model, prompt, "autoregressive", limit, nodes)  # checks the input once, before any work
+    head = head_kind(full_head)
+    _start(model, prompt, "autoregressive", limit, nodes, head=head)  # checks the input once, before any work
     progress(0.02, desc="warming up")
-    goose.generate(model, prompt, "autoregressive", 2)  # first-call costs must not count against the first racer
+    goose.generate(model, prompt, "autoregressive", 2, head=head)  # builds the head once, outside every racer
     runs: dict[str, RunRecord] = {}
     guard = RunGuard(STOPS, session, limits.max_run_s)
     try:
@@ -404,7 +412,7 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
             if runs and guard.reason():
                 break
             progress((i, len(methods)), desc=f"racing {method}", unit="methods")
-            generation = _start(model, prompt, method, limit, nodes)
+            generation = _start(model, prompt, method, limit, nodes, head=head)
             for _ in guard.steps(generation):
                 pass
             runs[method] = generation.run

@@ -32,6 +32,9 @@ MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging F
               "(a causal LM with eager or sdpa attention).")
 OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_MODELS)."
 RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
+FULL_HEAD_LABEL = "Textbook float32 LM head"
+FULL_HEAD_INFO = ("Off: every method uses the screened head (the same exact argmax through a bf16 screen, "
+                  "cheaper). On: every method, the baseline too, uses the full float32 head.")
 
 
 def load_examples() -> list[dict[str, str]]:
@@ -109,14 +112,14 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     instant = {"concurrency_limit": None, "show_progress": "hidden"}
 
     def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
-                    top_k: float, top_p: float, seed: str, request: gr.Request):
+                    top_k: float, top_p: float, seed: str, full_head: bool, request: gr.Request):
         yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
-                                     seed, session_of(request), limits=limits)
+                                     seed, full_head, session_of(request), limits=limits)
 
-    def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, request: gr.Request,
-                 progress: gr.Progress = callbacks.NO_PROGRESS):
-        return callbacks.race(registry, prompt, model, extras, budget, max_new, session_of(request), progress,
-                              limits=limits)
+    def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, full_head: bool,
+                 request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
+        return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
+                              progress, limits=limits)
 
     def stop(request: gr.Request) -> None:
         callbacks.stop(session_of(request))
@@ -144,6 +147,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                              info=f"auto = the library default; 1–{limits.max_budget}")
                         max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens), step=1,
                                             label="Max new tokens", elem_id="explore-max-new")
+                        full_head = gr.Checkbox(False, label=FULL_HEAD_LABEL, info=FULL_HEAD_INFO,
+                                                elem_id="explore-full-head")
                         with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
                             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
                             top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
@@ -154,14 +159,17 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                             stop_button = gr.Button("Stop", variant="stop", elem_id="explore-stop")
                 explore = run_viewer("explore")
                 go_button.click(arm, None, None, api_visibility="private", **instant).then(
-                    run_explore, [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed],
+                    run_explore, [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head],
                     explore.outputs, api_name="explore", **model_queue)
                 stop_button.click(stop, None, None, api_name="stop", **instant)
 
             with gr.Tab("Race", id="race"):
                 gr.Markdown("Same prompt, model and budget through **autoregressive**, **balanced** (isotropic "
-                            "tree) and **goose** (spine tree); add more methods below. Greedy decoding. When they "
-                            "have run, the lanes replay them side by side at their measured pace.")
+                            "tree) and **goose** (spine tree); add more methods below. Greedy decoding. The "
+                            "baseline of every speed-up is **autoregressive decoding** of the same model with the "
+                            "same LM head, one token per forward pass; every wall time runs from the call to the "
+                            "last token, set-up included. When they have run, the lanes replay them side by side "
+                            "at their measured pace.")
                 with gr.Row():
                     with gr.Column(scale=3):
                         race_prompt = gr.Textbox(label="Prompt", lines=6, elem_id="race-prompt")
@@ -174,6 +182,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                                   label="Node budget per tree")
                         race_max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens),
                                                  step=1, label="Max new tokens", elem_id="race-max-new")
+                        race_full_head = gr.Checkbox(False, label=FULL_HEAD_LABEL, info=FULL_HEAD_INFO,
+                                                     elem_id="race-full-head")
                         with gr.Row():
                             race_button = gr.Button("Race", variant="primary", elem_id="race-run")
                             race_stop = gr.Button("Stop", variant="stop", elem_id="race-stop")
@@ -191,7 +201,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                 table = gr.Dataframe(headers=callbacks.RACE_COLUMNS, label="Numbers", interactive=False,
                                      elem_id="race-table")
                 race_button.click(arm, None, None, api_visibility="private", **instant).then(
-                    run_race, [race_prompt, race_model, extras, race_budget, race_max_new],
+                    run_race, [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head],
                     [speed, tau, speedup, lengths, sources, table, badge, lanes, race_download], api_name="race",
                     **model_queue)
                 race_stop.click(stop, None, None, api_visibility="undocumented", **instant)

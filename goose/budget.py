@@ -82,20 +82,20 @@ def expected_acceptance(tree: DraftTree, greedy: Sequence[int], mean: float) -> 
     return length + p * (1.0 - p ** height_below(tree, node)) / (1.0 - p)
 
 
-def _cost_key(goose_model, threads: int) -> str:
+def _cost_key(goose_model, threads: int, head: str) -> str:
     weight = goose_model.model.get_input_embeddings().weight
-    return f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}"
+    return f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
 
 
 @torch.inference_mode()
-def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256, repeats: int = 3
-                  ) -> dict[int, float]:
-    """Median seconds of one tree verification (body + screened head + top-k) per node count."""
-    from goose.head import make_head
+def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256, repeats: int = 3,
+                  head: str = "screened") -> dict[int, float]:
+    """Median seconds of one tree verification (body + the run's LM head + top-k) per node count."""
+    from goose.head import head_for
     from goose.verify import Verifier
 
     verifier = Verifier(goose_model.model)
-    head = make_head(goose_model.model, screened=True)
+    lm_head = head_for(goose_model, head)
     vocab = goose_model.vocab_size
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(vocab, (prefix,), generator=generator).tolist()
@@ -107,7 +107,7 @@ def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int =
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            head.greedy(verifier.forward_chain(chain), 10)
+            lm_head.greedy(verifier.forward_chain(chain), 10)
             if goose_model.model.device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -116,18 +116,18 @@ def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int =
     return costs
 
 
-def cost_table(goose_model, cache_file: str | os.PathLike | None = None) -> dict[int, float]:
-    """This device's verification cost per node count, measured on first use and cached."""
+def cost_table(goose_model, cache_file: str | os.PathLike | None = None, head: str = "screened") -> dict[int, float]:
+    """This device's verification cost per node count with the given LM head, measured on first use and cached."""
     from goose.model import cache_dir
 
     path = cache_file or cache_dir() / "verify-costs.json"
-    key = _cost_key(goose_model, torch.get_num_threads())
+    key = _cost_key(goose_model, torch.get_num_threads(), head)
     try:
         table = json.loads(open(path).read())
     except (OSError, ValueError):
         table = {}
     if key not in table:
-        table[key] = {str(n): c for n, c in measure_costs(goose_model).items()}
+        table[key] = {str(n): c for n, c in measure_costs(goose_model, head=head).items()}
         os.makedirs(os.path.dirname(path), exist_ok=True)
         staging = f"{path}.{os.getpid()}.tmp"  # several processes may measure at once: replace atomically
         with open(staging, "w") as file:
@@ -267,9 +267,10 @@ class BudgetTuner:
                             interpolate_cost(self.costs, len(tree)), self.decay)
 
 
-def tuner_for(goose_model, method: str) -> BudgetTuner:
-    """One tuner per model and method, kept on the model so acceptance carries across runs."""
-    tuners: dict[str, BudgetTuner] = goose_model.__dict__.setdefault("_budget_tuners", {})
-    if method not in tuners:
-        tuners[method] = BudgetTuner(cost_table(goose_model))
-    return tuners[method]
+def tuner_for(goose_model, method: str, head: str = "screened") -> BudgetTuner:
+    """One tuner per model, method and LM head (the head changes what a node costs), kept on the model so
+    acceptance carries across runs."""
+    tuners: dict[tuple[str, str], BudgetTuner] = goose_model.__dict__.setdefault("_budget_tuners", {})
+    if (method, head) not in tuners:
+        tuners[method, head] = BudgetTuner(cost_table(goose_model, head=head))
+    return tuners[method, head]

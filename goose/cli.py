@@ -19,6 +19,10 @@ from goose.bench import (
 )
 from goose.config import parse_budget
 from goose.decode import METHODS
+from goose.head import HEADS
+
+HEAD_HELP = ("LM head of every method, autoregressive included: screened (default; the exact float32 argmax "
+             "through a bf16 screen) or full (the textbook float32 head)")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -26,7 +30,8 @@ def _generate(args: argparse.Namespace) -> int:
     from goose.decode import Generation, check_request
 
     request = check_request(args.prompt, args.method, args.max_new_tokens, args.budget, stop=args.stop,
-                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+                            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                            head=args.head)
     generation = Generation(goose.load_model(args.model, device=args.device), request)
     for _ in generation:
         pass
@@ -46,7 +51,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
                              max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads,
-                             temperature=args.temperature, what_if=args.what_if)
+                             temperature=args.temperature, head=args.head, what_if=args.what_if)
     out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
     summaries, meta = run_bench(settings, out_dir)
     print(format_table(summaries))
@@ -87,6 +92,7 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="0 = greedy (default, lossless check against autoregressive); above, every method "
                             "samples with a per-prompt seed")
+    bench.add_argument("--head", default="screened", choices=HEADS, help=HEAD_HELP)
     bench.add_argument("--what-if", action="store_true",
                        help="also one untimed goose run per prompt with source snapshots: report.html then shows "
                             "counterfactual tau vs budget and vs spine share (goose, balanced), checked against "
@@ -116,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--head", default="screened", choices=HEADS, help=HEAD_HELP)
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
     gen.set_defaults(handler=_generate)
     _add_bench_parsers(commands)

@@ -20,7 +20,7 @@ import torch
 from goose.budget import cost_table, tuner_for
 from goose.config import GooseConfig
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.head import make_head
+from goose.head import HEADS, head_for
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot
@@ -46,36 +46,40 @@ def eos_ids(goose_model: GooseModel) -> set[int]:
 
 
 class Generation:
-    """A generation in progress: iterate it for steps; `run` is filled in as it goes."""
+    """A generation in progress: iterate it for steps; `run` is filled in as it goes.
 
-    def __init__(self, goose_model: GooseModel, request: Request) -> None:
+    The run's clock starts at `started` (the moment the user asked, by default now), so that its wall
+    time holds everything the user waits for: encoding and set-up as well as the steps.
+    """
+
+    def __init__(self, goose_model: GooseModel, request: Request, started: float | None = None) -> None:
+        self._start = time.perf_counter() if started is None else started
         self.goose_model = goose_model
         self.config, self.stop = request.config, request.stop
         self.prompt_tokens = goose_model.encode(request.prompt)
         goose_model.check_fits(len(self.prompt_tokens), request.max_new_tokens)
         self.run = RunRecord(prompt=request.prompt, method=request.method, model=goose_model.name,
                              config=request.config.to_dict(), sampling=request.sampling.to_dict(),
-                             max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens))
+                             max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens),
+                             head=request.head)
         self.eos = eos_ids(goose_model)
         drafter_class = METHODS[request.method]
-        tuner = (tuner_for(goose_model, request.method)
+        tuner = (tuner_for(goose_model, request.method, request.head)
                  if self.config.auto_budget and drafter_class.speculative else None)
         self.drafter: Drafter = drafter_class(self.config, tuner)
-        # Speculative methods verify with the screened LM head (the same argmax, cheaper); the
-        # autoregressive baseline stays the textbook full forward.
-        self.walker = make_walker(make_head(goose_model.model, screened=drafter_class.speculative),
-                                  request.sampling)
+        # Every method, the baseline too, applies the same head (built once per model).
+        self.walker = make_walker(head_for(goose_model, request.head), request.sampling)
         self.verifier = Verifier(goose_model.model)
         self.matcher = ContextMatcher(self.config.ngram_lengths, self.config.max_chain, self.config.long_match,
                                       self.config.extend_above, self.config.max_extended_chain)
-        self.adjacency = (AdjacencyTable(goose_model.vocab_size, self.config.top_k, self.config.min_score,
+        self.adjacency = (AdjacencyTable(self.config.top_k, self.config.min_score,
                                          self.config.use_bigram) if drafter_class.uses_adjacency else None)
         self.drafted: Counter = Counter()
         self.accepted_by_source: Counter = Counter()
         self.record_sources = request.record_sources
         self._snapshot: Snapshot | None = None
         if self.record_sources:  # what-if speed estimates need this device's verification costs
-            self.run.costs = cost_table(goose_model)
+            self.run.costs = cost_table(goose_model, head=request.head)
 
     def __iter__(self) -> Iterator[StepRecord]:
         return self._steps()
@@ -83,9 +87,11 @@ class Generation:
     @torch.inference_mode()
     def _steps(self) -> Iterator[StepRecord]:
         """Prefill, then per step: draft -> verify -> walk -> commit -> observe -> record."""
-        self._start = time.perf_counter()
+        self.run.totals.setup_s = time.perf_counter() - self._start
         first = self._prefill()
-        if self._commit([first]):
+        done = self._commit([first])
+        self._clock()
+        if done:
             return
         anchor, before_anchor = first, self.prompt_tokens[-1]
         while True:
@@ -101,6 +107,7 @@ class Generation:
             t2 = time.perf_counter()
             step = self._record(tree, verification, self.run.tokens[before:], t1 - t0, t2 - t1, budget)
             self.run.steps.append(step)
+            self._clock()
             yield step
             if done:
                 return
@@ -109,6 +116,7 @@ class Generation:
 
     def _prefill(self) -> int:
         """One pass over the whole prompt: the first new token; every prompt row refreshes the adjacency table."""
+        start = time.perf_counter()
         prompt = self.prompt_tokens
         self.matcher.extend(prompt)
         hidden = self.verifier.forward_chain(prompt)
@@ -117,7 +125,7 @@ class Generation:
         if self.adjacency is not None:
             self.adjacency.refresh(prompt, [None, *prompt[:-1]], top.indices, top.values)
         self.verifier.truncate(len(prompt))  # the whole prompt is committed
-        self.run.totals.prefill_s = time.perf_counter() - self._start
+        self.run.totals.prefill_s = time.perf_counter() - start
         self.run.totals.forward_passes = 1
         return first
 
@@ -180,10 +188,14 @@ class Generation:
             self.accepted_by_source.update(tree.sources[n] for n in verification.accepted)
             totals.drafted, totals.accepted = dict(self.drafted), dict(self.accepted_by_source)
         totals.new_tokens = len(run.tokens)
-        totals.wall_s = time.perf_counter() - self._start
         totals.tau = totals.new_tokens / totals.forward_passes
-        totals.tokens_per_s = totals.new_tokens / totals.wall_s if totals.wall_s > 0 else 0.0
         return bool(reason)
+
+    def _clock(self) -> None:
+        """Wall time and tokens/s so far, from the call to now (a step counts once it is recorded)."""
+        totals = self.run.totals
+        totals.wall_s = time.perf_counter() - self._start
+        totals.tokens_per_s = totals.new_tokens / totals.wall_s if totals.wall_s > 0 else 0.0
 
     def _record(self, tree: DraftTree, verification: Verification, committed: list[int], draft_s: float,
                 verify_s: float, budget: int) -> StepRecord:
@@ -217,19 +229,24 @@ class Request:
     sampling: Sampling
     stop: tuple[str, ...]
     record_sources: bool = False
+    head: str = "screened"
 
 
 def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | str | None = None, *,
                   stop: Sequence[str] | str | None = None, temperature: float = 0.0, top_k: int = 0,
                   top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
-                  record_sources: bool = False, **overrides) -> Request:
+                  record_sources: bool = False, head: str = "screened", **overrides) -> Request:
     """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
 
-    record_sources: keep a snapshot of the sources in every step (for goose.what_if)."""
+    record_sources: keep a snapshot of the sources in every step (for goose.what_if).
+    head: "screened" (exact argmax through a bf16 screen, the default) or "full" (the textbook float32
+    head); every method, the autoregressive baseline included, uses the one chosen."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt is empty: give some text to continue")
+    if head not in HEADS:
+        raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
     if budget is None or budget == "auto":
@@ -238,19 +255,20 @@ def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128,
         overrides["budget"], overrides["auto_budget"] = budget, False
     config = (config or GooseConfig()).with_overrides(**overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
-                   resolve_stops(stop), bool(record_sources))
+                   resolve_stops(stop), bool(record_sources), head)
 
 
 def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
            budget: int | str | None = None, **kwargs) -> Generation:
     """Start a generation; iterate the result for its steps as they happen.
 
-    Keyword arguments: stop, temperature, top_k, top_p, seed, config, record_sources
+    Keyword arguments: stop, temperature, top_k, top_p, seed, config, head, record_sources
     (snapshot each step's sources, for goose.what_if), and any GooseConfig field as an override.
-    Bad input raises before any work.
+    Bad input raises before any work. The run's wall time starts here.
     """
+    started = time.perf_counter()
     request = check_request(prompt, method, max_new_tokens, budget, **kwargs)
-    return Generation(goose_model, request)
+    return Generation(goose_model, request, started)
 
 
 def generate(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,

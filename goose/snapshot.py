@@ -139,8 +139,7 @@ class RecordedRows:
     def _unigram(self, token: int) -> Row | None:
         rows = self.snapshot.unigram
         if token not in rows and self.live is not None:
-            rows[token] = [(t, s) for t, s in zip(self.live.successor_ids[token].tolist(),
-                                                  self.live.successor_scores[token].tolist()) if t >= 0]
+            rows[token] = list(self.live.unigram.get(token, []))
         return rows.get(token)
 
     def _bigram(self, previous: int, token: int) -> tuple[bool, Row | None]:

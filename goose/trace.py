@@ -95,7 +95,10 @@ class StepRecord:
 
 @dataclass
 class RunTotals:
-    """Totals of a run. tau = new tokens / target forward passes (prefill counted)."""
+    """Totals of a run. tau = new tokens / target forward passes (prefill counted).
+
+    wall_s runs from the call to the last token, set-up included; setup_s is the part before the
+    prefill (encoding, head, verifier, tables), prefill_s the prompt's forward pass."""
 
     new_tokens: int = 0
     forward_passes: int = 0
@@ -103,6 +106,7 @@ class RunTotals:
     tokens_per_s: float = 0.0
     wall_s: float = 0.0
     prefill_s: float = 0.0
+    setup_s: float = 0.0
     drafted: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
 
@@ -130,6 +134,7 @@ class RunRecord:
     totals: RunTotals = field(default_factory=RunTotals)
     token_texts: dict[int, str] = field(default_factory=dict)
     costs: dict[int, float] = field(default_factory=dict)
+    head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
     format: str = TRACE_FORMAT
 
     @property

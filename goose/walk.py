@@ -4,8 +4,9 @@ One result type for both rules. Greedy: a child is accepted when it is the
 target's argmax at its parent; the argmax where the walk stops is the bonus.
 Sampling: goose.sampling's lossless rule for deterministic drafts. Each walker
 also applies the LM head to the verified rows, since what it needs of them
-differs (greedy: exact argmax only; sampling: exact distributions), and hands
-back the approximate top-k per row that refreshes the adjacency table.
+differs (greedy: exact argmax only; sampling: exact distributions, and only at
+the nodes the walk visits), and hands back the approximate top-k per row that
+refreshes the adjacency table.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class GreedyWalker:
 
 
 class SamplingWalker:
-    """Lossless sampling over the tree with exact float32 distributions (goose.sampling)."""
+    """Lossless sampling over the tree with exact float32 distributions (goose.sampling), computed only for
+    the nodes the walk visits (usually the accepted path and one more)."""
 
     greedy = False
 
@@ -84,23 +86,23 @@ class SamplingWalker:
         self.sampling = sampling
         self.generator = sampling.generator()
 
-    def _rows(self, hidden: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.return_types.topk | None]:
-        logits = self.head.logits(hidden)
-        return logits, torch.topk(logits, top_k, dim=-1) if top_k else None
+    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The warped distribution, on the host: the walk draws with a host generator, token by token."""
+        return self.sampling.warp(logits).cpu()
 
     def first_token(self, hidden: torch.Tensor, top_k: int) -> tuple[int, torch.return_types.topk | None]:
-        logits, top = self._rows(hidden, top_k)
-        return choose_child(self.sampling.warp(logits[-1]), [], self.generator)[1], top
+        row, top = self.head.rows(hidden, top_k)
+        return choose_child(self._probs(row(hidden.shape[0] - 1)), [], self.generator)[1], top
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
-        logits, top = self._rows(hidden, top_k)
+        row, top = self.head.rows(hidden, top_k)
         targets: list[int | None] = [None] * len(tree)
         verdicts: dict[int, Verdict] = {}
         accepted: list[int] = []
         node = 0
         while True:
             children = [(c, tree.tokens[c]) for c in tree.child_list(node)]
-            child, bonus, tried = choose_child(self.sampling.warp(logits[node]), children, self.generator)
+            child, bonus, tried = choose_child(self._probs(row(node)), children, self.generator)
             verdicts.update(tried)
             if child is None:
                 targets[node] = bonus

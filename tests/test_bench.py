@@ -8,6 +8,7 @@ import csv
 import functools
 import json
 import re
+import statistics
 
 import pytest
 import torch
@@ -84,7 +85,7 @@ def test_chat_prompts_stay_raw_without_a_template():
 def bench_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     small_bandwidth_probe = functools.partial(bench.measure_memory_bandwidth, nbytes=1 << 24)
-    settings = BenchSettings(suite="mtbench", methods=("goose", "pld", "hf-pld"), limit=2, budget=8,
+    settings = BenchSettings(suite="mtbench", methods=("goose", "pld", "hf-generate", "hf-pld"), limit=2, budget=8,
                              max_new_tokens=12, threads=torch.get_num_threads())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bench_runner, "measure_memory_bandwidth", small_bandwidth_probe)
@@ -95,7 +96,7 @@ def bench_dir(tmp_path_factory):
 def test_methods_run_interleaved_per_prompt_with_autoregressive_added_first(bench_dir):
     runs = bench.load_runs(bench_dir / "runs.jsonl")
     order = [(r.prompt_id, r.method) for r in runs]
-    methods = ["autoregressive", "goose", "pld", "hf-pld"]
+    methods = ["autoregressive", "goose", "pld", "hf-generate", "hf-pld"]
     assert order == [("81", m) for m in methods] + [("82", m) for m in methods]
 
 
@@ -105,6 +106,16 @@ def test_every_method_including_hf_pld_matches_autoregressive(bench_dir):
     hf = [r for r in runs if r.method == "hf-pld"]
     assert all(r.totals.forward_passes >= 2 and r.totals.tau >= 1.0 for r in hf)
     assert all(isinstance(r.totals, RunTotals) for r in runs)
+    plain = [r for r in runs if r.method == "hf-generate"]
+    assert len(plain) == 2 and all(r.totals.forward_passes == r.totals.new_tokens for r in plain)
+
+
+def test_library_clock_agrees_with_a_stopwatch_around_each_call(bench_dir):
+    """A wall time that left set-up (or anything else) out of the clock would fall short of the stopwatch."""
+    runs = bench.load_runs(bench_dir / "runs.jsonl")
+    gaps = [run.stopwatch_s - run.totals.wall_s for run in runs]
+    assert min(gaps) >= 0.0, "the stopwatch encloses the call"
+    assert statistics.median(gaps) < 0.005, f"library wall_s and the stopwatch differ by more than 5 ms: {gaps}"
 
 
 def test_runs_jsonl_lines_hold_what_a_run_needs(bench_dir):
@@ -118,8 +129,9 @@ def test_runs_jsonl_lines_hold_what_a_run_needs(bench_dir):
 def test_summary_csv_has_one_row_per_method(bench_dir):
     with (bench_dir / "summary.csv").open(encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
-    assert [row["method"] for row in rows] == ["autoregressive", "goose", "pld", "hf-pld"]
+    assert [row["method"] for row in rows] == ["autoregressive", "goose", "pld", "hf-generate", "hf-pld"]
     assert rows[0]["speedup_pooled"] == "1.0" and all(row["lossless"] == "True" for row in rows)
+    assert rows[3]["speedup_outside"] == "1.0" and float(rows[1]["speedup_outside"]) > 0
     assert {"tau", "tokens_per_s", "speedup_median", "speedup_min", "bandwidth_gb_s"} <= set(rows[0])
 
 
@@ -142,7 +154,7 @@ def test_meta_records_settings_and_measured_bandwidth(bench_dir):
 
 def test_results_can_be_rebuilt_from_the_folder(bench_dir):
     summaries = bench.rebuild_results(bench_dir)
-    assert [s.method for s in summaries] == ["autoregressive", "goose", "pld", "hf-pld"]
+    assert [s.method for s in summaries] == ["autoregressive", "goose", "pld", "hf-generate", "hf-pld"]
 
 
 # --- summary on synthetic runs ---------------------------------------------------------------------------------
@@ -177,6 +189,14 @@ def test_summary_pools_by_time_takes_median_and_worst_by_prompt():
     assert summary.bandwidth_gb_s == pytest.approx(50 / 7)
     assert summary.acceptance == {"branch": 10 / 100, "spine": 15 / 30}
     assert summary.mean_accepted_length == pytest.approx(1.0)
+
+
+def test_speedup_over_hf_generate_is_pooled_too():
+    runs = [*synthetic_runs(), fake_run("a", "hf-generate", 100, 20.0), fake_run("b", "hf-generate", 10, 2.0)]
+    summaries = {s.method: s for s in bench.summarize(runs)}
+    assert summaries["x"].speedup_outside == pytest.approx((110 / 7) / (110 / 22))
+    assert summaries["hf-generate"].speedup_outside == pytest.approx(1.0)
+    assert bench.summarize(synthetic_runs())[1].speedup_outside is None
 
 
 def test_category_speedups_compare_within_each_category():
@@ -253,10 +273,16 @@ def test_bench_arguments_parse():
     args = build_parser().parse_args(["bench", "--suite", "mtbench", "--methods", "goose, hf-pld,goose",
                                       "--budget", "16", "--limit", "3"])
     assert args.methods == ("goose", "hf-pld") and args.budget == 16 and args.limit == 3
-    assert args.threads == 2 and args.max_new_tokens == 128 and args.out is None
+    assert args.threads == 2 and args.max_new_tokens == 128 and args.out is None and args.head == "screened"
+    assert build_parser().parse_args(["bench", "--suite", "mtbench", "--head", "full"]).head == "full"
     assert build_parser().parse_args(["bench", "--suite", "x.jsonl", "--budget", "auto"]).budget is None
     assert build_parser().parse_args(["bench", "--suite", "humaneval"]).methods == bench.bench_methods()
-    assert bench.bench_methods() == (*METHODS, "hf-pld")
+    assert bench.bench_methods() == (*METHODS, "hf-generate", "hf-pld")
+
+
+def test_bench_settings_refuse_an_unknown_head():
+    with pytest.raises(ValueError, match="unknown head 'half'"):
+        BenchSettings(suite="mtbench", head="half")
 
 
 @pytest.mark.parametrize("flag, value, message", [
@@ -264,6 +290,7 @@ def test_bench_arguments_parse():
     ("--methods", ",", "no method given"),
     ("--budget", "0", "budget must be a whole number of tree nodes >= 1"),
     ("--budget", "many", "budget must be 'auto' or a whole number"),
+    ("--head", "half", "invalid choice: 'half'"),
 ])
 def test_bad_bench_arguments_exit_with_a_clear_message(capsys, flag, value, message):
     with pytest.raises(SystemExit) as exit_info:

@@ -163,11 +163,12 @@ def test_the_spine_tree_tuner_changes_shape_when_the_spine_is_always_right():
 
 
 def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
-    monkeypatch.setattr(budget_module, "cost_table", lambda model: {n: 1.0 + 0.02 * n for n in (2, 4, 8, 16)})
+    monkeypatch.setattr(budget_module, "cost_table",
+                        lambda model, head="screened": {n: 1.0 + 0.02 * n for n in (2, 4, 8, 16)})
     model = tiny_llama(0)
     run = goose.generate(model, "the cat sat on the mat. the cat sat on the", "goose", 30)
     assert run.config["auto_budget"]
-    tuner = model._budget_tuners["goose"]
+    tuner = model._budget_tuners["goose", "screened"]
     assert tuner is tuner_for(model, "goose") and tuner.knobs == goose.drafters.SpineTree.shape_grid
     assert tuner.steps == len(run.steps)
     goose.generate(model, "abc abc abc", "goose", 10)
@@ -176,10 +177,10 @@ def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
 
 
 def test_sampling_teaches_the_tuner_nothing(monkeypatch):
-    monkeypatch.setattr(budget_module, "cost_table", lambda model: {2: 1.0, 8: 1.2})
+    monkeypatch.setattr(budget_module, "cost_table", lambda model, head="screened": {2: 1.0, 8: 1.2})
     model = tiny_llama(0)
     goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
-    assert model._budget_tuners["goose"].steps == 0
+    assert model._budget_tuners["goose", "screened"].steps == 0
 
 
 @pytest.fixture
@@ -187,7 +188,7 @@ def measured(monkeypatch):
     """measure_costs replaced by a counter, so the cache logic is tested without timing anything."""
     calls = []
 
-    def fake_measure(goose_model):
+    def fake_measure(goose_model, head="screened"):
         calls.append(goose_model.name)
         return {2: 0.01, 4: 0.02}
 
@@ -202,10 +203,12 @@ def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured
     assert cost_table(model, path) == {2: 0.01, 4: 0.02}
     assert measured == [model.name]
     (key,) = json.loads(path.read_text())
-    assert key.startswith("v1|tiny-llama-0|cpu|torch.float32|threads=")
+    assert key.startswith("v1|tiny-llama-0|cpu|torch.float32|threads=") and key.endswith("|head=screened")
     monkeypatch.setattr(budget_module.torch, "get_num_threads", lambda: 97)
     cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
     assert len(measured) == 2 and len(json.loads(path.read_text())) == 2
+    cost_table(model, path, head="full")  # the full head makes every node dearer: its own entry
+    assert len(measured) == 3 and len(json.loads(path.read_text())) == 3
     assert os.listdir(path.parent) == ["costs.json"]  # written through a staging file, nothing left behind
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from tiny import tiny_gemma3, tiny_llama
 
-from goose.head import FullHead, ScreenedHead, make_head
+import goose
+from goose.head import FullHead, ScreenedHead, head_for, make_head
 
 
 def _check_same_argmax(lm_head: torch.nn.Linear, hidden: torch.Tensor) -> ScreenedHead:
@@ -40,13 +41,69 @@ def test_near_ties_are_recomputed_in_float32():
     assert screened.screened_rows >= 2
 
 
+def test_flat_screen_scans_the_whole_row_in_float32():
+    """Fifty rows within bf16 resolution of each other overflow the screen's top list: the whole row is scanned."""
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(2000, 32, generator=generator) * 0.05
+    base = torch.randn(32, generator=generator)
+    weight[100:150] = base + torch.randn(50, 32, generator=generator) * 1e-5
+    lm_head = torch.nn.Linear(32, 2000, bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(weight)
+    hidden = torch.stack([base * 20, torch.randn(32, generator=generator)])
+    screened = _check_same_argmax(lm_head, hidden)
+    assert screened.screened_rows >= 50
+
+
+def test_rows_give_exact_logits_on_demand_and_a_screened_top_k():
+    generator = torch.Generator().manual_seed(1)
+    lm_head = torch.nn.Linear(64, 3000, bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(torch.randn(3000, 64, generator=generator) * 0.05)
+    hidden = torch.randn(6, 64, generator=generator)
+    full = FullHead(lm_head, 30.0).logits(hidden)
+    row, top = ScreenedHead(lm_head, 30.0).rows(hidden, 5)
+    for i in (0, 5, 2):
+        assert torch.allclose(row(i), full[i], rtol=0, atol=1e-5)
+    assert top.indices.shape == (6, 5)
+    assert torch.allclose(top.values, full.gather(1, top.indices), atol=0.05), "the screen is close to the truth"
+    assert ScreenedHead(lm_head, None).rows(hidden, 0)[1] is None
+
+
+def test_sampling_computes_exact_logits_only_for_the_rows_the_walk_visits(monkeypatch):
+    model = tiny_llama(0)
+    rows = []
+    original = ScreenedHead.logits
+
+    def counting(self, hidden):
+        rows.append(hidden.shape[0])
+        return original(self, hidden)
+
+    monkeypatch.setattr(ScreenedHead, "logits", counting)
+    run = goose.generate(model, "abcabcabcabc", "goose", 24, budget=12, temperature=0.8, seed=0)
+    assert len(run.steps) > 1 and max(len(step.nodes) for step in run.steps) > 2
+    visited = 1 + sum(len(step.accepted) + 1 for step in run.steps)  # prefill's last row, then each path
+    assert sum(rows) == visited and set(rows) == {1}
+
+
+def test_heads_are_built_once_per_model_and_kind():
+    model = tiny_llama(0)
+    assert head_for(model, "screened") is head_for(model, "screened")
+    assert type(head_for(model, "full")) is FullHead
+    goose.generate(model, "hello", "goose", 4)
+    goose.generate(model, "hello", "autoregressive", 4)
+    assert set(model._heads) == {"screened", "full"}
+
+
 def test_make_head_uses_the_screen_only_where_it_is_exact():
-    assert isinstance(make_head(tiny_llama(0).model, screened=True), ScreenedHead)
-    assert type(make_head(tiny_llama(0).model, screened=False)) is FullHead
+    assert isinstance(make_head(tiny_llama(0).model, "screened"), ScreenedHead)
+    assert type(make_head(tiny_llama(0).model, "full")) is FullHead
     capped = tiny_gemma3(0)
     capped.model.config.final_logit_softcapping = 30.0
-    assert isinstance(make_head(capped.model, screened=True), ScreenedHead)
-    assert make_head(capped.model, screened=True).cap == 30.0
+    assert isinstance(make_head(capped.model, "screened"), ScreenedHead)
+    assert make_head(capped.model, "screened").cap == 30.0
+    with pytest.raises(ValueError, match="unknown head 'half'"):
+        make_head(capped.model, "half")
 
 
 @pytest.mark.slow
@@ -56,3 +113,18 @@ def test_screened_argmax_on_the_real_gemma_head(gemma):
         hidden = gemma.model.get_decoder()(input_ids=ids).last_hidden_state[0]
     screened = _check_same_argmax(gemma.model.lm_head, hidden)
     assert screened.screened_rows < 10 * hidden.shape[0], "the screen should leave only a few rows to recompute"
+
+
+def test_auto_budget_costs_are_measured_with_the_runs_head(monkeypatch, tmp_path):
+    import goose.budget
+
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    measured = []
+    monkeypatch.setattr(goose.budget, "measure_costs",
+                        lambda model, head="screened": measured.append(head) or {2: 1.0, 8: 2.0})
+    model = tiny_llama(0)
+    goose.generate(model, "abcabc", "goose", 4, head="full")
+    goose.generate(model, "abcabc", "goose", 4)
+    goose.generate(model, "abcabc", "goose", 4, head="full")
+    assert measured == ["full", "screened"]
+    assert set(model._budget_tuners) == {("goose", "full"), ("goose", "screened")}

@@ -90,7 +90,18 @@ def test_the_default_auto_budget_and_shape_are_lossless(name):
             assert run.tokens == reference(name, prompt), (method, prompt)
             assert all(len(step.nodes) <= step.budget for step in run.steps)
     tuners = model(name)._budget_tuners
-    assert set(tuners) == set(SPECULATIVE) and all(tuner.steps > 0 for tuner in tuners.values())
+    assert {method for method, _ in tuners} == set(SPECULATIVE) and all(tuner.steps > 0 for tuner in tuners.values())
+
+
+@pytest.mark.parametrize("name", ["llama-0", "gemma3-window5"])
+def test_every_method_is_lossless_with_the_full_head_too(name):
+    """head="full" switches every method, the baseline included, to the textbook float32 head."""
+    for method in goose.METHODS:
+        for prompt in (PROMPTS["code"], echo_prompt(name)):
+            for budget in (7, 40):
+                run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS, budget=budget,
+                                     head="full")
+                assert run.tokens == reference(name, prompt), (method, prompt, budget)
 
 
 def test_sliding_window_is_needed_in_the_mask(monkeypatch):

@@ -41,7 +41,7 @@ def test_template_consensus_gives_full_confidence_and_extends_the_chain():
 
 
 def test_adjacency_refresh_overwrites_and_keeps_last_occurrence():
-    table = AdjacencyTable(vocab_size=20, top_k=3, min_score=0.0, use_bigram=False)
+    table = AdjacencyTable(top_k=3, min_score=0.0, use_bigram=False)
     logits = torch.tensor([[5.0, 4.0, 3.0], [1.0, 0.5, 0.1]])
     table.refresh([4, 4], [None, None], torch.tensor([[1, 2, 3], [9, 8, 7]]), logits)
     assert [t for t, _ in table.successors(4)] == [9, 8, 7]
@@ -53,7 +53,7 @@ def test_adjacency_refresh_overwrites_and_keeps_last_occurrence():
 
 
 def test_bigram_tier_first_and_weak_successors_dropped():
-    table = AdjacencyTable(vocab_size=20, top_k=3, min_score=0.05)
+    table = AdjacencyTable(top_k=3, min_score=0.05)
     table.refresh([4], [None], torch.tensor([[1, 2, 3]]), torch.tensor([[9.0, 8.0, 0.0]]))
     table.refresh([4], [6], torch.tensor([[11, 12, 13]]), torch.tensor([[1.0, 1.0, 1.0]]))
     assert [t for t, _ in table.successors(4, previous=6)] == [11, 12, 13]

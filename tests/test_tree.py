@@ -28,7 +28,7 @@ def random_table(seed: int, vocab: int = VOCAB, top_k: int = 10, fill: float = 1
                  ) -> AdjacencyTable:
     """An adjacency table whose rows hold random successors with random logits (some rows empty)."""
     generator = torch.Generator().manual_seed(seed)
-    table = AdjacencyTable(vocab, top_k)
+    table = AdjacencyTable(top_k)
     tokens = [t for t in range(vocab) if random.Random(seed * 7919 + t).random() < fill]
     logits = torch.randn(len(tokens), vocab, generator=generator) * spread
     top = torch.topk(logits, top_k, dim=-1)
@@ -119,7 +119,7 @@ def test_full_confidence_is_one_long_chain():
 
 def test_fallbacks():
     config, match = GooseConfig(), random_match(3, 10, 0.5)
-    empty = AdjacencyTable(VOCAB, 10)
+    empty = AdjacencyTable(10)
     only_chain = build_goose_tree(1, None, match, empty, config, 60, 0.5)
     assert set(only_chain.sources[1:]) == {SPINE}, "no adjacency row: verify the chain alone"
     assert len(build_goose_tree(1, None, ContextMatch(), empty, config, 60, 0.5)) == 1, "neither: one AR step"

@@ -40,7 +40,7 @@ def node_tree(step) -> tuple[list, list, list, list]:
 def real_accepted(goose_model, run: RunRecord, trees: dict[int, list[goose.DraftTree]]) -> dict[int, list[int]]:
     """Verify each step's trees for real with the target model, from the KV cache that step verified against."""
     verifier = Verifier(goose_model.model)
-    walker = GreedyWalker(make_head(goose_model.model, screened=True))
+    walker = GreedyWalker(make_head(goose_model.model, "screened"))
     context = list(run.prompt_tokens)
     before, accepted = 1, {}  # tokens committed before each step: the prefill's one, then each step's
     for step in run.steps:

@@ -9,6 +9,7 @@ from goose.bench.machine import measure_memory_bandwidth, parameter_bytes
 from goose.bench.records import BenchRun, append_runs, load_runs
 from goose.bench.report import render_report, write_report
 from goose.bench.runner import (
+    HF_GENERATE,
     HF_PLD,
     BenchSettings,
     bench_methods,
@@ -24,7 +25,7 @@ from goose.bench.runner import (
 from goose.bench.suites import MT_BENCH, SUITES, BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import category_speedups, format_table, summarize, write_summary_csv
 
-__all__ = ["HF_PLD", "MT_BENCH", "SUITES", "BenchPrompt", "BenchRun", "BenchSettings", "append_runs",
+__all__ = ["HF_GENERATE", "HF_PLD", "MT_BENCH", "SUITES", "BenchPrompt", "BenchRun", "BenchSettings", "append_runs",
            "bench_methods", "category_speedups", "default_out_dir", "format_prompt", "format_table", "load_runs",
            "load_suite", "mark_lossless", "measure_memory_bandwidth", "parameter_bytes", "parse_methods",
            "rebuild_results", "render_report", "run_bench", "run_one", "run_prompt", "summarize", "with_baseline",

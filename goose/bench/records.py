@@ -27,6 +27,7 @@ class BenchRun:
     matches_autoregressive: bool | None = None  # None when not checked (sampling, or no autoregressive run)
     load_average: float | None = None  # the machine's 1-minute load when the run ended: other work skews timings
     cpu_s: float | None = None  # this process's CPU time for the run: less swayed by other work than wall time
+    stopwatch_s: float | None = None  # the call timed from outside: checks that totals.wall_s leaves nothing out
 
     @classmethod
     def from_record(cls, run: RunRecord, prompt_id: str, category: str | None = None) -> BenchRun:

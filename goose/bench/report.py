@@ -64,6 +64,7 @@ def settings_line(meta: dict[str, Any]) -> str:
     return (f"suite {settings.get('suite')}, model {meta.get('model')} "
             f"({meta.get('parameter_bytes', 0) / 1e6:.0f} MB of parameters) on {meta.get('device')}, "
             f"{meta.get('threads')} threads of {meta.get('cpu_count')} CPUs, {decoding}, "
+            f"{settings.get('head', 'screened')} LM head, "
             f"max {settings.get('max_new_tokens')} new tokens, budget {'auto' if budget is None else budget}; "
             f"torch {meta.get('torch')}, transformers {meta.get('transformers')}; memory bandwidth {bandwidth}; "
             f"load average at start {meta.get('load_average_start')}, end {meta.get('load_average_end')}; "
@@ -74,8 +75,10 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}"
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
          "td:first-child,th:first-child{text-align:left}")
 DEFINITIONS = ("tau = new tokens / target forward passes (prefill counted); speed-up = tokens/s over "
-               "autoregressive tokens/s on the same prompts in the same session (methods interleaved per prompt); "
-               "pooled = total tokens / total time, so long generations weigh as much as they cost.")
+               "autoregressive tokens/s (same model, same LM head) on the same prompts in the same session "
+               "(methods interleaved per prompt); vs hf-gen = the same over transformers' greedy generate; "
+               "pooled = total tokens / total time, so long generations weigh as much as they cost. Every wall "
+               "time runs from the call to the last token, set-up included.")
 
 
 def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetrics], meta: dict[str, Any]) -> str:

@@ -26,19 +26,22 @@ from goose.bench.report import write_report
 from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.decode import METHODS, eos_ids, generate
+from goose.head import HEADS
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.trace import RunRecord, RunTotals
 
+HF_GENERATE = metrics.OUTSIDE_BASELINE  # transformers' own greedy generate: what users would otherwise run
 HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside reference
 HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, transformers' documented default
+HF_METHODS = {HF_GENERATE: {}, HF_PLD: {"prompt_lookup_num_tokens": HF_PLD_TOKENS}}  # extra generate() arguments
 WARMUP_TOKENS = 8
 WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one snapshot trace of goose per prompt (--what-if)
 
 
 def bench_methods() -> tuple[str, ...]:
-    """Every method the bench can run: the library's registered methods, then transformers' prompt lookup."""
-    return (*METHODS, HF_PLD)
+    """Every method the bench can run: the library's registered methods, then transformers' own decoding."""
+    return (*METHODS, *HF_METHODS)
 
 
 @dataclass
@@ -54,6 +57,11 @@ class BenchSettings:
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
     what_if: bool = False  # also one untimed goose run per prompt with source snapshots, for the what-if curves
+    head: str = "screened"  # the LM head of every Goose method, the baseline too (goose.head.HEADS)
+
+    def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEADS)}")
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -95,45 +103,50 @@ class ForwardCounter:
 
 
 def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
-                     budget: int | None, temperature: float = 0.0) -> BenchRun:
+                     budget: int | None, temperature: float = 0.0, head: str = "screened") -> BenchRun:
     """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
     run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
-                   seed=sum(map(ord, prompt.id)) if temperature else None)
+                   seed=sum(map(ord, prompt.id)) if temperature else None, head=head)
     return BenchRun.from_record(run, prompt.id, prompt.category)
 
 
-def run_hf_pld(goose_model: GooseModel, prompt: BenchPrompt, text: str, max_new_tokens: int,
-               temperature: float = 0.0) -> BenchRun:
-    """transformers' prompt lookup decoding, timed the same way (wall time includes the prefill).
+def run_transformers(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
+                     temperature: float = 0.0) -> BenchRun:
+    """transformers' own `generate` (hf-generate), or its prompt lookup decoding (hf-pld), timed the same way:
+    from the call, encoding included, to the last token. Its own float32 head, whatever the bench's head.
 
-    Its forward passes are counted with a hook, so tau is known too; the
-    per-step accepted lengths and the prefill time are not.
+    Forward passes are counted with a hook, so tau is known too; the per-step
+    accepted lengths and the prefill time are not.
     """
+    start = time.perf_counter()
     prompt_tokens = goose_model.encode(text)
     input_ids = torch.tensor([prompt_tokens], device=goose_model.model.device)
     eos = sorted(eos_ids(goose_model)) or None
     with ForwardCounter(goose_model.model) as counter, torch.inference_mode():
-        start = time.perf_counter()
         output = goose_model.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                             max_new_tokens=max_new_tokens, do_sample=temperature > 0,
                                             **({"temperature": temperature, "top_k": 0} if temperature else {}),
-                                            prompt_lookup_num_tokens=HF_PLD_TOKENS, eos_token_id=eos,
+                                            **HF_METHODS[method], eos_token_id=eos,
                                             pad_token_id=goose_model.tokenizer.pad_token_id)
-        wall = time.perf_counter() - start
     tokens = output[0, len(prompt_tokens):].tolist()
+    wall = time.perf_counter() - start
     totals = RunTotals(new_tokens=len(tokens), forward_passes=counter.calls, wall_s=wall, prefill_s=None)
     totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
-    return BenchRun(prompt.id, prompt.category, HF_PLD, len(prompt_tokens), tokens, goose_model.decode(tokens),
+    return BenchRun(prompt.id, prompt.category, method, len(prompt_tokens), tokens, goose_model.decode(tokens),
                     totals)
 
 
 def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
-            budget: int | None, temperature: float = 0.0) -> BenchRun:
-    """One prompt x method, whichever implementation the method lives in."""
+            budget: int | None, temperature: float = 0.0, head: str = "screened") -> BenchRun:
+    """One prompt x method, whichever implementation the method lives in, with a stopwatch around the call."""
     text = format_prompt(goose_model.tokenizer, prompt)
-    if method == HF_PLD:
-        return run_hf_pld(goose_model, prompt, text, max_new_tokens, temperature)
-    return run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature)
+    start = time.perf_counter()
+    if method in HF_METHODS:
+        run = run_transformers(goose_model, prompt, text, method, max_new_tokens, temperature)
+    else:
+        run = run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature, head)
+    run.stopwatch_s = time.perf_counter() - start
+    return run
 
 
 def mark_lossless(runs: Iterable[BenchRun]) -> None:
@@ -167,26 +180,27 @@ def record_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: Bench
     """One untimed goose run of `prompt` with source snapshots, saved for the report's what-if curves."""
     folder.mkdir(parents=True, exist_ok=True)
     text = format_prompt(goose_model.tokenizer, prompt)
-    run = generate(goose_model, text, "goose", settings.max_new_tokens, settings.budget, record_sources=True)
+    run = generate(goose_model, text, "goose", settings.max_new_tokens, settings.budget, record_sources=True,
+                   head=settings.head)
     run.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt.id)}.json")
 
 
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
-            temperature: float = 0.0) -> None:
-    """One short untimed generation per method, so that no timed run pays for first-call set-up."""
+            temperature: float = 0.0, head: str = "screened") -> None:
+    """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
     for method in methods:
-        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature)
+        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature, head)
 
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
                budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
-               temperature: float = 0.0) -> list[BenchRun]:
+               temperature: float = 0.0, head: str = "screened") -> list[BenchRun]:
     """Every method in turn on one prompt (the interleaving), each checked against autoregressive
     (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""
     runs = []
     for method in methods:
         cpu_start = time.process_time()
-        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget, temperature))
+        runs.append(run_one(goose_model, prompt, method, max_new_tokens, budget, temperature, head))
         runs[-1].cpu_s = time.process_time() - cpu_start
         runs[-1].load_average = os.getloadavg()[0]
         on_run(runs[-1])
@@ -229,7 +243,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     runs_path.write_text("", encoding="utf-8")
     meta = machine_info(goose_model, settings)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature)
+    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
 
     runs: list[BenchRun] = []
     with tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress) as bar:
@@ -239,7 +253,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
 
         for prompt in prompts:
             prompt_runs = run_prompt(goose_model, prompt, methods, settings.max_new_tokens, settings.budget, advance,
-                                     settings.temperature)
+                                     settings.temperature, settings.head)
             append_runs(runs_path, prompt_runs)
             runs.extend(prompt_runs)
             if settings.what_if and not settings.temperature:

@@ -44,7 +44,7 @@ def format_cell(value: Any, digits: int = 2) -> str:
 
 
 SUMMARY_HEADER = ("method", "prompts", "tokens", "forwards", "wall s", "tau", "tok/s", "speedup", "median", "min",
-                  "cpu-speedup", "acc/step", "acceptance", "GB/s", "lossless")
+                  "vs hf-gen", "cpu-speedup", "acc/step", "acceptance", "GB/s", "lossless")
 
 
 def summary_rows(summaries: Sequence[MethodMetrics]) -> list[list[str]]:
@@ -52,7 +52,7 @@ def summary_rows(summaries: Sequence[MethodMetrics]) -> list[list[str]]:
     return [[s.method, format_cell(s.prompts), format_cell(s.new_tokens), format_cell(s.forward_passes),
              format_cell(s.wall_s, 1), format_cell(s.tau), format_cell(s.tokens_per_s, 1),
              format_cell(s.speedup_pooled), format_cell(s.speedup_median), format_cell(s.speedup_min),
-             format_cell(s.cpu_speedup), format_cell(s.mean_accepted_length),
+             format_cell(s.speedup_outside), format_cell(s.cpu_speedup), format_cell(s.mean_accepted_length),
              " ".join(f"{source} {rate:.3f}" for source, rate in s.acceptance.items()) or "-",
              format_cell(s.bandwidth_gb_s, 1), format_cell(s.lossless)] for s in summaries]
 

@@ -15,14 +15,14 @@ import torch
 
 
 class AdjacencyTable:
-    """Two-tier top-K successor table."""
+    """Two-tier top-K successor table, kept sparse: only tokens seen in a run have rows, so a run's
+    table costs nothing up front whatever the vocabulary."""
 
-    def __init__(self, vocab_size: int, top_k: int = 10, min_score: float = 0.01, use_bigram: bool = True) -> None:
+    def __init__(self, top_k: int = 10, min_score: float = 0.01, use_bigram: bool = True) -> None:
         self.top_k = top_k
         self.min_score = min_score
         self.use_bigram = use_bigram
-        self.successor_ids = torch.full((vocab_size, top_k), -1, dtype=torch.long)
-        self.successor_scores = torch.zeros((vocab_size, top_k), dtype=torch.float32)
+        self.unigram: dict[int, list[tuple[int, float]]] = {}
         self.bigram: dict[tuple[int, int], list[tuple[int, float]]] = {}
 
     def refresh(self, tokens: Sequence[int], previous: Sequence[int | None],
@@ -35,22 +35,17 @@ class AdjacencyTable:
         """
         if len(tokens) == 0:
             return
-        ids = top_ids[:, :self.top_k].cpu()
-        scores = torch.softmax(top_logits[:, :self.top_k].float(), dim=-1).cpu()
-        last = {int(t): i for i, t in enumerate(tokens)}
-        rows = torch.tensor(list(last.values()), dtype=torch.long)
-        keys = torch.tensor(list(last.keys()), dtype=torch.long)
-        self.successor_ids[keys] = ids[rows]
-        self.successor_scores[keys] = scores[rows]
-        if self.use_bigram:
-            id_rows, score_rows = ids.tolist(), scores.tolist()
-            for i, prev in enumerate(previous):
-                if prev is not None:
-                    self.bigram[(int(prev), int(tokens[i]))] = list(zip(id_rows[i], score_rows[i]))
+        ids = top_ids[:, :self.top_k].cpu().tolist()
+        scores = torch.softmax(top_logits[:, :self.top_k].float(), dim=-1).cpu().tolist()
+        for i, token in enumerate(tokens):
+            pairs = list(zip(ids[i], scores[i]))
+            self.unigram[int(token)] = pairs
+            if self.use_bigram and previous[i] is not None:
+                self.bigram[(int(previous[i]), int(token))] = pairs
 
     def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
         """(successor, score) pairs, most likely first, scores >= min_score."""
         pairs = self.bigram.get((previous, token)) if self.use_bigram and previous is not None else None
         if pairs is None:
-            pairs = zip(self.successor_ids[token].tolist(), self.successor_scores[token].tolist())
+            pairs = self.unigram.get(token, [])
         return [(t, s) for t, s in pairs if t >= 0 and s >= self.min_score]
