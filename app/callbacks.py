@@ -117,7 +117,7 @@ def parse_seed(value: Any) -> int | None:
 
 def head_kind(full_head: bool) -> str:
     """The app's checkbox as the library's head option."""
-    return "full" if full_head else "screened"
+    return "full" if full_head else "auto"
 
 
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,

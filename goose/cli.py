@@ -19,10 +19,10 @@ from goose.bench import (
 )
 from goose.config import parse_budget
 from goose.decode import METHODS
-from goose.head import HEADS
+from goose.head import HEAD_CHOICES
 
-HEAD_HELP = ("LM head of every method, autoregressive included: screened (default; the exact float32 argmax "
-             "through a bf16 screen) or full (the textbook float32 head)")
+HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the faster exact head on this "
+             "device), screened (the exact float32 argmax through a bf16 screen) or full (the textbook float32 head)")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -92,7 +92,7 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--temperature", type=float, default=0.0,
                        help="0 = greedy (default, lossless check against autoregressive); above, every method "
                             "samples with a per-prompt seed")
-    bench.add_argument("--head", default="screened", choices=HEADS, help=HEAD_HELP)
+    bench.add_argument("--head", default="auto", choices=HEAD_CHOICES, help=HEAD_HELP)
     bench.add_argument("--what-if", action="store_true",
                        help="also one untimed goose run per prompt with source snapshots: report.html then shows "
                             "counterfactual tau vs budget and vs spine share (goose, balanced), checked against "
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--head", default="screened", choices=HEADS, help=HEAD_HELP)
+    gen.add_argument("--head", default="auto", choices=HEAD_CHOICES, help=HEAD_HELP)
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
     gen.set_defaults(handler=_generate)
     _add_bench_parsers(commands)

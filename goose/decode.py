@@ -20,7 +20,7 @@ import torch
 from goose.budget import cost_table, tuner_for
 from goose.config import GooseConfig
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.head import HEADS, head_for
+from goose.head import HEAD_CHOICES, choose_head, head_for
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot
@@ -58,17 +58,18 @@ class Generation:
         self.config, self.stop = request.config, request.stop
         self.prompt_tokens = goose_model.encode(request.prompt)
         goose_model.check_fits(len(self.prompt_tokens), request.max_new_tokens)
+        head = choose_head(goose_model, request.head)
         self.run = RunRecord(prompt=request.prompt, method=request.method, model=goose_model.name,
                              config=request.config.to_dict(), sampling=request.sampling.to_dict(),
                              max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens),
-                             head=request.head)
+                             head=head)
         self.eos = eos_ids(goose_model)
         drafter_class = METHODS[request.method]
-        tuner = (tuner_for(goose_model, request.method, request.head)
+        tuner = (tuner_for(goose_model, request.method, head)
                  if self.config.auto_budget and drafter_class.speculative else None)
         self.drafter: Drafter = drafter_class(self.config, tuner)
         # Every method, the baseline too, applies the same head (built once per model).
-        self.walker = make_walker(head_for(goose_model, request.head), request.sampling)
+        self.walker = make_walker(head_for(goose_model, head), request.sampling)
         self.verifier = Verifier(goose_model.model)
         self.matcher = ContextMatcher(self.config.ngram_lengths, self.config.max_chain, self.config.long_match,
                                       self.config.extend_above, self.config.max_extended_chain)
@@ -79,7 +80,7 @@ class Generation:
         self.record_sources = request.record_sources
         self._snapshot: Snapshot | None = None
         if self.record_sources:  # what-if speed estimates need this device's verification costs
-            self.run.costs = cost_table(goose_model, head=request.head)
+            self.run.costs = cost_table(goose_model, head=head)
 
     def __iter__(self) -> Iterator[StepRecord]:
         return self._steps()
@@ -229,24 +230,25 @@ class Request:
     sampling: Sampling
     stop: tuple[str, ...]
     record_sources: bool = False
-    head: str = "screened"
+    head: str = "auto"
 
 
 def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | str | None = None, *,
                   stop: Sequence[str] | str | None = None, temperature: float = 0.0, top_k: int = 0,
                   top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
-                  record_sources: bool = False, head: str = "screened", **overrides) -> Request:
+                  record_sources: bool = False, head: str = "auto", **overrides) -> Request:
     """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
 
     record_sources: keep a snapshot of the sources in every step (for goose.what_if).
-    head: "screened" (exact argmax through a bf16 screen, the default) or "full" (the textbook float32
-    head); every method, the autoregressive baseline included, uses the one chosen."""
+    head: "screened" (exact argmax through a bf16 screen), "full" (the textbook float32 head) or "auto"
+    (the default: whichever of the two is faster on this device); every method, the autoregressive
+    baseline included, uses the one chosen."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt is empty: give some text to continue")
-    if head not in HEADS:
-        raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEADS)}")
+    if head not in HEAD_CHOICES:
+        raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEAD_CHOICES)}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
     if budget is None or budget == "auto":

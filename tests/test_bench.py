@@ -273,7 +273,7 @@ def test_bench_arguments_parse():
     args = build_parser().parse_args(["bench", "--suite", "mtbench", "--methods", "goose, hf-pld,goose",
                                       "--budget", "16", "--limit", "3"])
     assert args.methods == ("goose", "hf-pld") and args.budget == 16 and args.limit == 3
-    assert args.threads == 2 and args.max_new_tokens == 128 and args.out is None and args.head == "screened"
+    assert args.threads == 2 and args.max_new_tokens == 128 and args.out is None and args.head == "auto"
     assert build_parser().parse_args(["bench", "--suite", "mtbench", "--head", "full"]).head == "full"
     assert build_parser().parse_args(["bench", "--suite", "x.jsonl", "--budget", "auto"]).budget is None
     assert build_parser().parse_args(["bench", "--suite", "humaneval"]).methods == bench.bench_methods()

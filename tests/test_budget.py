@@ -168,8 +168,8 @@ def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
     model = tiny_llama(0)
     run = goose.generate(model, "the cat sat on the mat. the cat sat on the", "goose", 30)
     assert run.config["auto_budget"]
-    tuner = model._budget_tuners["goose", "screened"]
-    assert tuner is tuner_for(model, "goose") and tuner.knobs == goose.drafters.SpineTree.shape_grid
+    tuner = model._budget_tuners["goose", run.head]
+    assert tuner is tuner_for(model, "goose", run.head) and tuner.knobs == goose.drafters.SpineTree.shape_grid
     assert tuner.steps == len(run.steps)
     goose.generate(model, "abc abc abc", "goose", 10)
     assert tuner.steps > len(run.steps)  # the same tuner carries on
@@ -179,8 +179,8 @@ def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
 def test_sampling_teaches_the_tuner_nothing(monkeypatch):
     monkeypatch.setattr(budget_module, "cost_table", lambda model, head="screened": {2: 1.0, 8: 1.2})
     model = tiny_llama(0)
-    goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
-    assert model._budget_tuners["goose", "screened"].steps == 0
+    run = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
+    assert model._budget_tuners["goose", run.head].steps == 0
 
 
 @pytest.fixture

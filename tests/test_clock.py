@@ -48,12 +48,12 @@ def test_the_stream_clock_starts_when_stream_is_called(tiny):
 
 
 def test_head_option_reaches_every_method_and_the_record(tiny):
-    screened = goose.generate(tiny, "abcabcabc", "goose", 16, budget=8)
+    screened = goose.generate(tiny, "abcabcabc", "goose", 16, budget=8, head="screened")
     full = goose.generate(tiny, "abcabcabc", "goose", 16, budget=8, head="full")
     assert (screened.head, full.head) == ("screened", "full")
     assert full.tokens == screened.tokens
     assert RunRecord.from_json(full.to_json()).head == "full"
-    with pytest.raises(ValueError, match="unknown head 'fast'; choose one of screened, full"):
+    with pytest.raises(ValueError, match="unknown head 'fast'; choose one of auto, screened, full"):
         goose.stream(tiny, "hello", head="fast")
 
 

@@ -80,7 +80,8 @@ def test_sampling_computes_exact_logits_only_for_the_rows_the_walk_visits(monkey
         return original(self, hidden)
 
     monkeypatch.setattr(ScreenedHead, "logits", counting)
-    run = goose.generate(model, "abcabcabcabc", "goose", 24, budget=12, temperature=0.8, seed=0)
+    run = goose.generate(model, "abcabcabcabc", "goose", 24, budget=12, temperature=0.8, seed=0,
+                         head="screened")
     assert len(run.steps) > 1 and max(len(step.nodes) for step in run.steps) > 2
     visited = 1 + sum(len(step.accepted) + 1 for step in run.steps)  # prefill's last row, then each path
     assert sum(rows) == visited and set(rows) == {1}
@@ -124,7 +125,27 @@ def test_auto_budget_costs_are_measured_with_the_runs_head(monkeypatch, tmp_path
                         lambda model, head="screened": measured.append(head) or {2: 1.0, 8: 2.0})
     model = tiny_llama(0)
     goose.generate(model, "abcabc", "goose", 4, head="full")
-    goose.generate(model, "abcabc", "goose", 4)
+    goose.generate(model, "abcabc", "goose", 4, head="screened")
     goose.generate(model, "abcabc", "goose", 4, head="full")
     assert measured == ["full", "screened"]
     assert set(model._budget_tuners) == {("goose", "full"), ("goose", "screened")}
+
+
+@pytest.mark.parametrize("faster", ["screened", "full"])
+def test_the_auto_head_is_the_faster_exact_head_measured_once(monkeypatch, faster):
+    """auto times both exact heads once per model and keeps the faster: without fast bfloat16 (a plain AVX2
+    CPU) the screen costs more than the float32 head it saves."""
+    import goose.head as head_module
+
+    timings = []
+
+    def timed(goose_model, rows=16, repeats=3):
+        timings.append(goose_model.name)
+        return faster
+
+    monkeypatch.setattr(head_module, "_faster_head", timed)
+    model = tiny_llama(0)
+    runs = [goose.generate(model, "abcabc", "goose", 4, budget=4) for _ in range(2)]
+    assert [run.head for run in runs] == [faster, faster] and timings == [model.name]
+    assert goose.generate(model, "abcabc", "goose", 4, budget=4, head="full").head == "full"
+    assert head_module.choose_head(tiny_llama(1)) in head_module.HEADS  # the real measurement runs too

@@ -26,7 +26,7 @@ from goose.bench.report import write_report
 from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.decode import METHODS, eos_ids, generate
-from goose.head import HEADS
+from goose.head import HEAD_CHOICES
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.trace import RunRecord, RunTotals
@@ -57,11 +57,11 @@ class BenchSettings:
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
     what_if: bool = False  # also one untimed goose run per prompt with source snapshots, for the what-if curves
-    head: str = "screened"  # the LM head of every Goose method, the baseline too (goose.head.HEADS)
+    head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.head.HEAD_CHOICES)
 
     def __post_init__(self) -> None:
-        if self.head not in HEADS:
-            raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEADS)}")
+        if self.head not in HEAD_CHOICES:
+            raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEAD_CHOICES)}")
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -103,7 +103,7 @@ class ForwardCounter:
 
 
 def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
-                     budget: int | None, temperature: float = 0.0, head: str = "screened") -> BenchRun:
+                     budget: int | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
     """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
     run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
                    seed=sum(map(ord, prompt.id)) if temperature else None, head=head)
@@ -137,7 +137,7 @@ def run_transformers(goose_model: GooseModel, prompt: BenchPrompt, text: str, me
 
 
 def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
-            budget: int | None, temperature: float = 0.0, head: str = "screened") -> BenchRun:
+            budget: int | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
     """One prompt x method, whichever implementation the method lives in, with a stopwatch around the call."""
     text = format_prompt(goose_model.tokenizer, prompt)
     start = time.perf_counter()
@@ -186,7 +186,7 @@ def record_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: Bench
 
 
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
-            temperature: float = 0.0, head: str = "screened") -> None:
+            temperature: float = 0.0, head: str = "auto") -> None:
     """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
     for method in methods:
         run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature, head)
@@ -194,7 +194,7 @@ def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str]
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
                budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
-               temperature: float = 0.0, head: str = "screened") -> list[BenchRun]:
+               temperature: float = 0.0, head: str = "auto") -> list[BenchRun]:
     """Every method in turn on one prompt (the interleaving), each checked against autoregressive
     (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""
     runs = []
