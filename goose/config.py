@@ -1,4 +1,4 @@
-"""Every knob of a Goose run, with the paper's defaults (DESIGN.md §1).
+"""Every knob of a Goose run, with the paper's defaults (docs/METHOD.md).
 
 One frozen dataclass, named as the paper names things, so that a run's
 configuration is a value that can be printed, compared and stored in a trace.
@@ -83,7 +83,7 @@ class GooseConfig:
         return max(1, int(round((budget or self.budget) * (1.0 + growth * confidence))))
 
     def spine_ratio(self, spine_acceptance: float) -> float:
-        """The spine's share of the budget from the recent spine acceptance (§1, step 1), unless fixed."""
+        """The spine's share of the budget from the recent spine acceptance (docs/METHOD.md, step 1), unless fixed."""
         if self.spine_share is not None:
             return self.spine_share
         low, mid, high = self.spine_tiers

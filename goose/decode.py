@@ -1,6 +1,6 @@
 """One decoding loop for every method; the methods differ only in how they draft (goose.drafters).
 
-State carried across steps (DESIGN.md §1): the KV cache of every committed
+State carried across steps (docs/METHOD.md): the KV cache of every committed
 token but the last; the anchor (the last committed token, the tree root); the
 token before it. Each step drafts a tree, verifies it in one forward pass,
 walks it (goose.walk), keeps the accepted path in the cache, commits the

@@ -3,7 +3,7 @@
 The decoding loop (goose.decode) knows a method only through its drafter:
 `draft(state)` turns the sources' state at one step into a tree and its node
 budget; `observe(...)` sees the verified step and updates whatever the drafter
-learns from it (the spine-acceptance EMA of §1 step 1, the tuner of its budget
+learns from it (the spine-acceptance EMA of the spine tree's step 1, the tuner of its budget
 and shape). `shape_grid` names the GooseConfig knobs that shape a method's
 tree and the values the tuner may try for them.
 `METHODS` is the registry: the loop, the CLI, the bench and the app list the
@@ -217,7 +217,7 @@ class SpineTree(Drafter):
 
     def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
                 revealed: Sequence[int] | None) -> None:
-        """The tuner, then §1 step 1's EMA of the share of spine nodes accepted (steps with a spine only)."""
+        """The tuner, then the spine tree's step-1 EMA of the share of spine nodes accepted (with a spine only)."""
         super().observe(state, tree, accepted, revealed)
         spine = sum(source == SPINE for source in tree.sources)
         if spine:

@@ -3,7 +3,7 @@
 Greedy (temperature 0): a child is accepted when it equals the target's argmax
 at its parent; the argmax at the last accepted node is the bonus token.
 
-Sampling over a tree of deterministic drafts (DESIGN.md §1, "not in the paper"):
+Sampling over a tree of deterministic drafts (docs/METHOD.md, "Sampling"; not in the paper):
 at a node with target distribution p, try its children in order; accept child
 x with probability p(x); on rejection set p(x) = 0 and renormalise, then try
 the next child. When no child is accepted, sample the bonus token from what

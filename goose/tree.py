@@ -1,4 +1,4 @@
-"""Draft trees and the four ways Goose builds them (DESIGN.md §1).
+"""Draft trees and the four ways Goose builds them (docs/METHOD.md, "Building the spine tree").
 
 A tree is flattened root first; every node knows its token, parent, depth,
 which source drafted it and with what score. The root is the anchor: the last
@@ -113,7 +113,7 @@ def _previous_token(tree: DraftTree, node: int, before_root: int | None) -> int 
 
 def _grow_branches(tree: DraftTree, frontier: deque, adjacency: AdjacencyTable, config: GooseConfig,
                    budget: int, before_root: int | None) -> None:
-    """§1 step 4: extend branches breadth-first through the adjacency table.
+    """Step 4 (docs/METHOD.md): extend branches breadth-first through the adjacency table.
 
     A branch drafted with score s gets about remaining * s children, so
     confident branches grow and doubtful ones stop; width narrows with depth.
@@ -132,7 +132,7 @@ def _grow_branches(tree: DraftTree, frontier: deque, adjacency: AdjacencyTable, 
 
 def build_goose_tree(anchor: int, before_anchor: int | None, match: ContextMatch, adjacency: AdjacencyTable,
                      config: GooseConfig, budget: int, spine_acceptance: float) -> DraftTree:
-    """The anisotropic spine tree of §1 under a node budget (root included)."""
+    """The anisotropic spine tree (docs/METHOD.md) under a node budget (root included)."""
     tree = DraftTree.rooted_at(anchor)
     base = config.spine_ratio(spine_acceptance)
     ratio = base + match.confidence * (1.0 - base)

@@ -1,4 +1,4 @@
-"""Tree verification in one forward pass of a stock `transformers` model (DESIGN.md §1).
+"""Tree verification in one forward pass of a stock `transformers` model (docs/METHOD.md, "Verification").
 
 Node i of a flattened tree sits at position prefix + depth(i) and may attend
 to the whole cached prefix, its ancestors and itself. The mask is additive and

@@ -1,4 +1,4 @@
-"""Source 2, the adjacency table of Token Recycling, DESIGN.md §1.
+"""Source 2, the adjacency table of Token Recycling, docs/METHOD.md.
 
 For each token, the top-K successors the target model predicted the last time
 it saw that token, with scores (softmax over the top-K logits). Every forward

@@ -1,4 +1,4 @@
-"""Source 1, the context matcher (prompt lookup), DESIGN.md §1.
+"""Source 1, the context matcher (prompt lookup), docs/METHOD.md.
 
 The pool is the prompt plus every committed token. The last n tokens (n = 5,
 4, 3, longest first) are looked up in an n-gram index of the pool, and what
@@ -22,7 +22,7 @@ class ContextMatch:
 
 
 def match_confidence(length: int, consensus: bool, long_match: int) -> float:
-    """§1: 1.0 for a template (>= 2 earlier occurrences, one continuation);
+    """docs/METHOD.md: 1.0 for a template (>= 2 earlier occurrences, one continuation);
     0.7-0.9 for a long match; else 0.6 * L / long_match."""
     if length == 0:
         return 0.0
