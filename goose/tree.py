@@ -25,7 +25,6 @@ from goose.sources import AdjacencyTable, ContextMatch
 ROOT = "root"
 SPINE = "spine"    # drafted by the context matcher
 BRANCH = "branch"  # drafted by the adjacency table
-SOURCES = (ROOT, SPINE, BRANCH)
 
 
 @dataclass
