@@ -126,9 +126,10 @@ def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -
 def test_full_head_checkbox_reaches_explore_and_every_racer(registry: ModelRegistry) -> None:
     run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 12, 0.0, 0, 1.0, "", True))[2]
     assert run.head == "full"
-    *_, table, badge = callbacks.race(registry, LIST_PROMPT, "tiny-llama", [], "16", 12, True,
-                                      progress=lambda *a, **k: None)
+    *_, table, badge, lanes, download = callbacks.race(registry, LIST_PROMPT, "tiny-llama", [], "16", 12, True,
+                                                       progress=lambda *a, **k: None)
     assert list(table["same tokens as AR"]) == ["yes"] * 3 and "goose-badge-ok" in badge
+    assert all(run.head == "full" for run in load_race(download.value["path"]).values())
 
 
 def test_badge_flags_a_method_whose_output_differs(run: goose.RunRecord) -> None:
