@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from goose import metrics
 from goose.budget import cost_table, tuner_for
 from goose.config import GooseConfig
 from goose.drafters import METHODS, Drafter, DraftState
@@ -189,14 +190,14 @@ class Generation:
             self.accepted_by_source.update(tree.sources[n] for n in verification.accepted)
             totals.drafted, totals.accepted = dict(self.drafted), dict(self.accepted_by_source)
         totals.new_tokens = len(run.tokens)
-        totals.tau = totals.new_tokens / totals.forward_passes
+        totals.tau = metrics.tau(totals)
         return bool(reason)
 
     def _clock(self) -> None:
         """Wall time and tokens/s so far, from the call to now (a step counts once it is recorded)."""
         totals = self.run.totals
         totals.wall_s = time.perf_counter() - self._start
-        totals.tokens_per_s = totals.new_tokens / totals.wall_s if totals.wall_s > 0 else 0.0
+        totals.tokens_per_s = metrics.tokens_per_s(totals)
 
     def _record(self, tree: DraftTree, verification: Verification, committed: list[int], draft_s: float,
                 verify_s: float, budget: int) -> StepRecord:
