@@ -33,8 +33,9 @@ MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging F
 OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_MODELS)."
 RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
 FULL_HEAD_LABEL = "Textbook float32 LM head"
-FULL_HEAD_INFO = ("Off: every method uses the faster exact head on this machine (the bf16-screened head where "
-                  "bf16 is fast, else float32). On: every method, the baseline too, uses the full float32 head.")
+FULL_HEAD_INFO = ("Off: every method uses the fastest exact head on this machine (the float32 argmax through an "
+                  "int8 or a bf16 screen, or plain float32). On: every method, the baseline too, uses the full "
+                  "float32 head.")
 
 
 def load_examples() -> list[dict[str, str]]:

@@ -21,8 +21,9 @@ from goose.config import parse_budget
 from goose.decode import METHODS
 from goose.head import HEAD_CHOICES
 
-HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the faster exact head on this "
-             "device), screened (the exact float32 argmax through a bf16 screen) or full (the textbook float32 head)")
+HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the fastest exact head on this "
+             "device, timed once), int8 (the exact float32 argmax through an int8 screen, CPU), screened (the same "
+             "through a bf16 screen) or full (the textbook float32 head)")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -56,7 +57,8 @@ def _bench(args: argparse.Namespace) -> int:
     summaries, meta = run_bench(settings, out_dir)
     print(format_table(summaries))
     bandwidth = ", ".join(f"{name} {value:.1f} GB/s" for name, value in meta["memory_bandwidth_gb_s"].items())
-    print(f"\nmemory bandwidth measured: {bandwidth}; parameters {meta['parameter_bytes'] / 1e6:.0f} MB; "
+    print(f"\nLM head of every Goose method: {meta['head_used']} ({args.head} asked); "
+          f"memory bandwidth measured: {bandwidth}; parameters {meta['parameter_bytes'] / 1e6:.0f} MB; "
           f"results in {out_dir}/ (runs.jsonl, summary.csv, meta.json, report.html)")
     return 0
 

@@ -241,9 +241,9 @@ def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128,
     """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
 
     record_sources: keep a snapshot of the sources in every step (for goose.what_if).
-    head: "screened" (exact argmax through a bf16 screen), "full" (the textbook float32 head) or "auto"
-    (the default: whichever of the two is faster on this device); every method, the autoregressive
-    baseline included, uses the one chosen."""
+    head: "int8" or "screened" (the exact float32 argmax through an int8 or a bf16 screen), "full" (the
+    textbook float32 head) or "auto" (the default: whichever is fastest on this device, timed once per
+    model); every method, the autoregressive baseline included, uses the one chosen."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if not isinstance(prompt, str) or not prompt.strip():

@@ -1,4 +1,4 @@
-"""The screened LM head returns exactly the float32 argmax, for any hidden state."""
+"""The screened LM heads (bf16 and int8) return exactly the float32 argmax, for any hidden state."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.head import FullHead, ScreenedHead, head_for, make_head
+from goose.head import FullHead, Int8ScreenedHead, ScreenedHead, block_hadamard, head_for, make_head
+
+SCREENS = [ScreenedHead, Int8ScreenedHead]
 
 
-def _check_same_argmax(lm_head: torch.nn.Linear, hidden: torch.Tensor) -> ScreenedHead:
-    screened = ScreenedHead(lm_head, None)
+def _check_same_argmax(lm_head: torch.nn.Linear, hidden: torch.Tensor, screen=ScreenedHead) -> ScreenedHead:
+    screened = screen(lm_head, None)
     full_argmax, full_top = FullHead(lm_head, None).greedy(hidden, 5)
     argmax, top = screened.greedy(hidden, 5)
     assert torch.equal(argmax, full_argmax)
@@ -19,17 +21,21 @@ def _check_same_argmax(lm_head: torch.nn.Linear, hidden: torch.Tensor) -> Screen
     return screened
 
 
+@pytest.mark.parametrize("screen", SCREENS)
 @pytest.mark.parametrize("seed", range(5))
-def test_screened_argmax_equals_full_argmax_on_random_heads(seed):
+def test_screened_argmax_equals_full_argmax_on_random_heads(seed, screen):
     generator = torch.Generator().manual_seed(seed)
-    lm_head = torch.nn.Linear(64, 5000, bias=False)
+    width = (64, 30, 33, 96, 64)[seed]  # odd and non-power-of-two widths take smaller Hadamard blocks
+    lm_head = torch.nn.Linear(width, 5000, bias=False)
     with torch.no_grad():
-        lm_head.weight.copy_(torch.randn(5000, 64, generator=generator) * 0.05)
-    hidden = torch.randn(40, 64, generator=generator) * (1 + seed)
-    _check_same_argmax(lm_head, hidden)
+        lm_head.weight.copy_(torch.randn(5000, width, generator=generator) * 0.05)
+    hidden = torch.randn(40, width, generator=generator) * (1 + seed)
+    hidden[::7, seed] *= 30  # an outlier coordinate, as real hidden states have
+    _check_same_argmax(lm_head, hidden, screen)
 
 
-def test_near_ties_are_recomputed_in_float32():
+@pytest.mark.parametrize("screen", SCREENS)
+def test_near_ties_are_recomputed_in_float32(screen):
     """Two rows a hair apart: bf16 cannot tell them apart, the screen must still pick the float32 winner."""
     weight = torch.randn(1000, 32) * 0.1
     weight[7] = weight[3] + 1e-4  # row 7 beats row 3 by far less than bf16 resolution
@@ -37,11 +43,12 @@ def test_near_ties_are_recomputed_in_float32():
     lm_head = torch.nn.Linear(32, 1000, bias=False)
     with torch.no_grad():
         lm_head.weight.copy_(weight)
-    screened = _check_same_argmax(lm_head, hidden[None])
+    screened = _check_same_argmax(lm_head, hidden[None], screen)
     assert screened.screened_rows >= 2
 
 
-def test_flat_screen_scans_the_whole_row_in_float32():
+@pytest.mark.parametrize("screen", SCREENS)
+def test_flat_screen_scans_the_whole_row_in_float32(screen):
     """Fifty rows within bf16 resolution of each other overflow the screen's top list: the whole row is scanned."""
     generator = torch.Generator().manual_seed(3)
     weight = torch.randn(2000, 32, generator=generator) * 0.05
@@ -51,23 +58,24 @@ def test_flat_screen_scans_the_whole_row_in_float32():
     with torch.no_grad():
         lm_head.weight.copy_(weight)
     hidden = torch.stack([base * 20, torch.randn(32, generator=generator)])
-    screened = _check_same_argmax(lm_head, hidden)
+    screened = _check_same_argmax(lm_head, hidden, screen)
     assert screened.screened_rows >= 50
 
 
-def test_rows_give_exact_logits_on_demand_and_a_screened_top_k():
+@pytest.mark.parametrize("screen", SCREENS)
+def test_rows_give_exact_logits_on_demand_and_a_screened_top_k(screen):
     generator = torch.Generator().manual_seed(1)
     lm_head = torch.nn.Linear(64, 3000, bias=False)
     with torch.no_grad():
         lm_head.weight.copy_(torch.randn(3000, 64, generator=generator) * 0.05)
     hidden = torch.randn(6, 64, generator=generator)
     full = FullHead(lm_head, 30.0).logits(hidden)
-    row, top = ScreenedHead(lm_head, 30.0).rows(hidden, 5)
+    row, top = screen(lm_head, 30.0).rows(hidden, 5)
     for i in (0, 5, 2):
         assert torch.allclose(row(i), full[i], rtol=0, atol=1e-5)
     assert top.indices.shape == (6, 5)
     assert torch.allclose(top.values, full.gather(1, top.indices), atol=0.05), "the screen is close to the truth"
-    assert ScreenedHead(lm_head, None).rows(hidden, 0)[1] is None
+    assert screen(lm_head, None).rows(hidden, 0)[1] is None
 
 
 def test_sampling_computes_exact_logits_only_for_the_rows_the_walk_visits(monkeypatch):
@@ -98,6 +106,7 @@ def test_heads_are_built_once_per_model_and_kind():
 
 def test_make_head_uses_the_screen_only_where_it_is_exact():
     assert isinstance(make_head(tiny_llama(0).model, "screened"), ScreenedHead)
+    assert isinstance(make_head(tiny_llama(0).model, "int8"), Int8ScreenedHead)
     assert type(make_head(tiny_llama(0).model, "full")) is FullHead
     capped = tiny_gemma3(0)
     capped.model.config.final_logit_softcapping = 30.0
@@ -108,12 +117,13 @@ def test_make_head_uses_the_screen_only_where_it_is_exact():
 
 
 @pytest.mark.slow
-def test_screened_argmax_on_the_real_gemma_head(gemma):
+@pytest.mark.parametrize("screen", SCREENS)
+def test_screened_argmax_on_the_real_gemma_head(gemma, screen):
     ids = torch.tensor([gemma.encode("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the")])
     with torch.no_grad():
         hidden = gemma.model.get_decoder()(input_ids=ids).last_hidden_state[0]
-    screened = _check_same_argmax(gemma.model.lm_head, hidden)
-    assert screened.screened_rows < 10 * hidden.shape[0], "the screen should leave only a few rows to recompute"
+    screened = _check_same_argmax(gemma.model.lm_head, hidden, screen)
+    assert screened.screened_rows < 1000 * hidden.shape[0], "the screen should leave only a few rows to recompute"
 
 
 def test_auto_budget_costs_are_measured_with_the_runs_head(monkeypatch, tmp_path):
@@ -149,3 +159,33 @@ def test_the_auto_head_is_the_faster_exact_head_measured_once(monkeypatch, faste
     assert [run.head for run in runs] == [faster, faster] and timings == [model.name]
     assert goose.generate(model, "abcabc", "goose", 4, budget=4, head="full").head == "full"
     assert head_module.choose_head(tiny_llama(1)) in head_module.HEADS  # the real measurement runs too
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_int8_error_bound_holds(seed):
+    """Every int8 logit lies within the head's bound of its float64 value: what makes the argmax exact.
+    Fails if fbgemm's quantisation of the levels were not the identity, or the bound forgot a term."""
+    generator = torch.Generator().manual_seed(seed)
+    lm_head = torch.nn.Linear(128, 4000, bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(torch.randn(4000, 128, generator=generator) * 0.05)
+        lm_head.weight[:50] *= 20  # rows of very different norms share one bound
+    hidden = torch.randn(25, 128, generator=generator) * 10 ** (seed - 1)
+    hidden[:, 3] *= 40
+    head = Int8ScreenedHead(lm_head, None)
+    approx, bound = head._screen(hidden)
+    truth = hidden.double() @ lm_head.weight.detach().double().T
+    error = (approx.double() - truth).abs().amax(1)
+    assert (error <= bound.double()).all()
+    assert (bound.double() < 20 * error).all(), "the bound should be a bound, not a blanket"
+
+
+def test_the_hadamard_rotation_is_orthogonal_and_keeps_logits():
+    for width, block in ((640, 128), (96, 32), (30, 2), (33, 1)):
+        matrix, size = block_hadamard(width)
+        assert size == block and torch.equal(matrix @ matrix.T, block * torch.eye(block))
+    lm_head = torch.nn.Linear(96, 300, bias=False)
+    head = Int8ScreenedHead(lm_head, None)
+    hidden = torch.randn(5, 96)
+    assert torch.allclose(head.rotate(hidden) @ head.rotate(lm_head.weight.detach()).T,
+                          hidden @ lm_head.weight.detach().T, atol=1e-5)

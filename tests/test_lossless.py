@@ -14,6 +14,7 @@ from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose import verify
+from goose.head import HEADS
 
 SPECULATIVE = [m for m in goose.METHODS if m != "autoregressive"]
 BUDGETS = [2, 3, 7, 16, 40, 100]
@@ -93,15 +94,18 @@ def test_the_default_auto_budget_and_shape_are_lossless(name):
     assert {method for method, _ in tuners} == set(SPECULATIVE) and all(tuner.steps > 0 for tuner in tuners.values())
 
 
+@pytest.mark.parametrize("head", HEADS)
 @pytest.mark.parametrize("name", ["llama-0", "gemma3-window5"])
-def test_every_method_is_lossless_with_the_full_head_too(name):
-    """head="full" switches every method, the baseline included, to the textbook float32 head."""
+def test_every_method_is_lossless_with_every_head(name, head):
+    """head= switches every method, the baseline included: the int8 and bf16 screens and the textbook
+    float32 head all give the transformers greedy output."""
     for method in goose.METHODS:
         for prompt in (PROMPTS["code"], echo_prompt(name)):
             for budget in (7, 40):
                 run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS, budget=budget,
-                                     head="full")
+                                     head=head)
                 assert run.tokens == reference(name, prompt), (method, prompt, budget)
+                assert run.head == head
 
 
 def test_sliding_window_is_needed_in_the_mask(monkeypatch):

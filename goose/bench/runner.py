@@ -26,7 +26,7 @@ from goose.bench.report import write_report
 from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.decode import METHODS, eos_ids, generate
-from goose.head import HEAD_CHOICES
+from goose.head import HEAD_CHOICES, choose_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.trace import RunRecord, RunTotals
@@ -244,6 +244,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     meta = machine_info(goose_model, settings)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
+    meta["head_used"] = choose_head(goose_model, settings.head)  # what "auto" picked on this machine
 
     runs: list[BenchRun] = []
     with tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress) as bar:
