@@ -159,6 +159,7 @@ class Int8ScreenedHead(FullHead):
     CHUNK = 8192  # vocabulary rows per packed block: fbgemm then reuses a block from cache across rows
     LEVELS = 63  # |k| <= 63, so the unsigned 7-bit input never saturates fbgemm's AVX2 int16 pair sums
     FLOAT_SLACK = 1e-3  # generous: the float32 errors of rotation and accumulation are ~1e-5 relative
+    FLAT = 8192  # candidates in one row beyond which the whole row is computed in float32
 
     def __init__(self, lm_head: torch.nn.Linear, cap: float | None) -> None:
         super().__init__(lm_head, cap)
@@ -216,15 +217,20 @@ class Int8ScreenedHead(FullHead):
         hidden = hidden.float()
         approx, bound = self._screen(hidden)
         threshold = approx.amax(1) - 2 * bound  # below it, a row's upper bound misses the best lower bound
-        rows, vocab = (approx >= threshold[:, None]).nonzero(as_tuple=True)
-        exact = torch.cat([(self.weight[v] * hidden[r]).sum(1)
-                           for r, v in zip(rows.split(16384), vocab.split(16384))])
+        candidates = approx >= threshold[:, None]
+        flat = candidates.sum(1) > self.FLAT  # a screen this flat: one float32 pass over the row is cheaper
+        candidates[flat] = False
+        rows, vocab = candidates.nonzero(as_tuple=True)
+        exact = (self.weight[vocab] * hidden[rows]).sum(1)
         best = torch.full((hidden.shape[0],), -torch.inf).scatter_reduce(0, rows, exact, "amax")
         winners = exact == best[rows]
         # the first maximum, as torch.argmax over the full row would pick it
         argmax = torch.full((hidden.shape[0],), self.weight.shape[0]).scatter_reduce(
             0, rows[winners], vocab[winners], "amin")
         self._recomputed += len(vocab)
+        if flat.any():
+            argmax[flat] = torch.nn.functional.linear(hidden[flat], self.weight).argmax(1)
+            self._recomputed += int(flat.sum()) * self.weight.shape[0]
         if not top_k:
             return argmax, None
         top = torch.topk(approx, min(top_k, approx.shape[1]), dim=-1)

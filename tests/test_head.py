@@ -189,3 +189,18 @@ def test_the_hadamard_rotation_is_orthogonal_and_keeps_logits():
     hidden = torch.randn(5, 96)
     assert torch.allclose(head.rotate(hidden) @ head.rotate(lm_head.weight.detach()).T,
                           hidden @ lm_head.weight.detach().T, atol=1e-5)
+
+
+def test_a_flat_int8_screen_falls_back_to_one_float32_pass(monkeypatch):
+    """A row with more candidates than Int8ScreenedHead.FLAT is computed whole in float32, still exactly."""
+    monkeypatch.setattr(Int8ScreenedHead, "FLAT", 10)
+    generator = torch.Generator().manual_seed(5)
+    weight = torch.randn(3000, 32, generator=generator) * 0.05
+    base = torch.randn(32, generator=generator) * 0.05
+    weight[100:150] = base + torch.randn(50, 32, generator=generator) * 1e-7  # fifty near-identical rows
+    lm_head = torch.nn.Linear(32, 3000, bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(weight)
+    hidden = torch.stack([base * 400, weight[7] * 400])
+    screened = _check_same_argmax(lm_head, hidden, Int8ScreenedHead)
+    assert 3000 <= screened.screened_rows < 2 * 3000, "only the flat row is computed whole"
