@@ -28,8 +28,11 @@ import torch
 
 from goose.tree import DraftTree
 
-BUDGET_GRID = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-COST_FORMAT = 1
+# 1 is the root alone: a plain autoregressive step. Where no tree pays for its extra rows (a steep
+# cost curve, as on a CPU, and drafts that are rarely right) the tuner falls back to it rather than
+# run below the speed of plain decoding.
+BUDGET_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+COST_FORMAT = 2  # 2: the grid starts at 1
 
 Shape = tuple  # one value per tuned knob, in the tuner's knob order
 Key = tuple[Shape, int]  # (shape, base budget)

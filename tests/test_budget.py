@@ -43,6 +43,25 @@ def test_best_is_the_argmax_of_tokens_per_pass_over_cost():
     assert tuner.best() == ((), 4)
 
 
+def test_where_no_tree_pays_the_tuner_falls_back_to_the_root_alone():
+    """Budget 1 is a plain autoregressive step: with a steep cost curve and drafts that are never right the
+    tuner takes it (rate 1 / cost(1)) instead of paying for rows that accept nothing; when drafts turn
+    right again the counterfactual scores bring the trees back."""
+    tuner = BudgetTuner({1: 1.0, 2: 1.7, 4: 1.9, 8: 2.4})
+    wrong = {((), 1): chain(), ((), 2): chain(9), ((), 4): chain(9, 9, 9), ((), 8): chain(9, 9, 9, 9, 9, 9, 9)}
+    for _ in range(5):
+        tuner.observe(wrong, TARGET[:1])  # an autoregressive step reveals one token
+    assert tuner.best() == ((), 1)
+    right = {((), 1): chain(), ((), 2): chain(1), ((), 4): chain(1, 2, 3), ((), 8): chain(1, 2, 3, 4, 5, 6, 7)}
+    for _ in range(10):
+        tuner.observe(right, TARGET[:1])  # the root-only step reveals one token: enough to see a draft right
+    assert tuner.best()[1] > 1
+
+
+def test_the_cost_grid_holds_the_autoregressive_step():
+    assert budget_module.BUDGET_GRID[0] == 1
+
+
 def test_before_any_step_the_prior_prefers_what_is_cheap_for_its_few_tokens():
     tuner = BudgetTuner({2: 1.0, 16: 1.1})
     assert tuner.best() == ((), 16)  # (1 + 0.4 * 3) / 1.1 > (1 + 0.17) / 1.0
@@ -203,7 +222,8 @@ def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured
     assert cost_table(model, path) == {2: 0.01, 4: 0.02}
     assert measured == [model.name]
     (key,) = json.loads(path.read_text())
-    assert key.startswith("v1|tiny-llama-0|cpu|torch.float32|threads=") and key.endswith("|head=screened")
+    assert key.startswith(f"v{budget_module.COST_FORMAT}|tiny-llama-0|cpu|torch.float32|threads=")
+    assert key.endswith("|head=screened")
     monkeypatch.setattr(budget_module.torch, "get_num_threads", lambda: 97)
     cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
     assert len(measured) == 2 and len(json.loads(path.read_text())) == 2

@@ -17,7 +17,7 @@ from goose import verify
 from goose.head import HEADS
 
 SPECULATIVE = [m for m in goose.METHODS if m != "autoregressive"]
-BUDGETS = [2, 3, 7, 16, 40, 100]
+BUDGETS = [1, 2, 3, 7, 16, 40, 100]
 NEW_TOKENS = 48
 
 PROMPTS = {
