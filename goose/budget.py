@@ -283,10 +283,12 @@ class BudgetTuner:
                             interpolate_cost(self.costs, len(tree)), self.decay)
 
 
-def tuner_for(goose_model, method: str, head: str = "screened") -> BudgetTuner:
+def tuner_for(goose_model, method: str, head: str = "screened", sampled: bool = False) -> BudgetTuner:
     """One tuner per model, method and LM head (the head changes what a node costs), kept on the model so
-    acceptance carries across runs."""
-    tuners: dict[tuple[str, str], BudgetTuner] = goose_model.__dict__.setdefault("_budget_tuners", {})
-    if (method, head) not in tuners:
-        tuners[method, head] = BudgetTuner(cost_table(goose_model, head=head))
-    return tuners[method, head]
+    acceptance carries across runs; sampling has its own (its draws are accepted less often than the
+    argmax): key (method, head), or (method, head, "sampled")."""
+    tuners: dict[tuple, BudgetTuner] = goose_model.__dict__.setdefault("_budget_tuners", {})
+    key = (method, head, "sampled") if sampled else (method, head)
+    if key not in tuners:
+        tuners[key] = BudgetTuner(cost_table(goose_model, head=head))
+    return tuners[key]

@@ -66,7 +66,7 @@ class Generation:
                              head=head)
         self.eos = eos_ids(goose_model)
         drafter_class = METHODS[request.method]
-        tuner = (tuner_for(goose_model, request.method, head)
+        tuner = (tuner_for(goose_model, request.method, head, sampled=not request.sampling.greedy)
                  if self.config.auto_budget and drafter_class.speculative else None)
         self.drafter: Drafter = drafter_class(self.config, tuner)
         # Every method, the baseline too, applies the same head (built once per model).
@@ -155,8 +155,7 @@ class Generation:
     def _observe(self, state: DraftState, tree: DraftTree, verification: Verification) -> None:
         """The drafter learns from the step (before the sources change: it rescores the state it drafted
         from), then every row's successors are recycled into the adjacency table, rejected nodes too."""
-        self.drafter.observe(state, tree, verification.accepted,
-                             verification.new_tokens(tree) if self.walker.greedy else None)
+        self.drafter.observe(state, tree, verification.accepted, verification.new_tokens(tree))
         if self.adjacency is not None:
             previous = [tree.tokens[p] if p >= 0 else state.before_anchor for p in tree.parents]
             self.adjacency.refresh(tree.tokens, previous, verification.top.indices, verification.top.values)

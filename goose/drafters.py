@@ -117,11 +117,15 @@ class Drafter:
     def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
                 revealed: Sequence[int] | None) -> None:
         """Learn from the verified step. `accepted`: accepted nodes (root excluded); `revealed`: the
-        target's greedy continuation the step revealed (accepted tokens + bonus), None when sampling.
+        continuation the step revealed (accepted tokens + bonus): the target's argmax path when greedy,
+        its draws when sampling, or None (nothing to learn).
 
         The tuner scores the trees its candidate shapes and budgets would have built from the same
-        state against the revealed continuation (greedy only: a sampled step reveals a draw, not g).
-        Each distinct tree is built once; the drafted tree is the tuner's current best, reused."""
+        state against the revealed continuation. Sampled steps are scored the same way: the rule of
+        goose.sampling accepts, in distribution, exactly the longest prefix of a draw from the target
+        that a tree holds, and a lossless step's revealed tokens are such a draw (so the score is an
+        unbiased estimate of the tree's expected acceptance at this temperature; sampling keeps its
+        own tuner). Each distinct tree is built once; the drafted tree is the tuner's current best."""
         if self.tuner is None or revealed is None:
             return
         shape, base = self.tuner.best(self.pinned)

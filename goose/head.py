@@ -64,6 +64,11 @@ class FullHead:
         logits = self.logits(hidden)
         return logits.__getitem__, (torch.topk(logits, top_k, dim=-1) if top_k else None)
 
+    @torch.inference_mode()
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        """The top-k per row for the adjacency table, as greedy() would give it (need not be exact)."""
+        return torch.topk(self.logits(hidden), top_k, dim=-1)
+
 
 class ScreenedHead(FullHead):
     """Exact float32 argmax through a bfloat16 screen; exact float32 rows only where asked for."""
@@ -124,8 +129,12 @@ class ScreenedHead(FullHead):
 
         if not top_k:
             return row, None
-        top = torch.topk(self._screen(hidden), top_k, dim=-1)
-        return row, torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+        return row, self.top(hidden, top_k)
+
+    @torch.inference_mode()
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        top = torch.topk(self._screen(hidden.float()), top_k, dim=-1)
+        return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
 
 
 def block_hadamard(width: int) -> tuple[torch.Tensor, int]:
@@ -244,8 +253,12 @@ class Int8ScreenedHead(FullHead):
 
         if not top_k:
             return row, None
+        return row, self.top(hidden, top_k)
+
+    @torch.inference_mode()
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
         top = torch.topk(self._screen(hidden.float())[0], top_k, dim=-1)
-        return row, torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+        return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
 
 
 def make_head(model, kind: str = "screened") -> FullHead:
@@ -284,18 +297,20 @@ def choose_head(goose_model, kind: str = "auto") -> str:
     return goose_model.__dict__["_head_choice"]
 
 
+def heads_here(goose_model) -> list[str]:
+    """The heads really built for this model on its device: "int8" needs fbgemm and a CPU, the screens a
+    float32 head without bias; elsewhere they would be the full head under another name."""
+    lm_head = goose_model.model.get_output_embeddings()
+    plain = isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
+    return [kind for kind in HEADS
+            if kind == "full" or (plain and (kind != "int8" or Int8ScreenedHead.available(lm_head)))]
+
+
 def _contenders(goose_model) -> list[str]:
-    """The heads worth timing here: each one that is really built on this device (a head that would fall
-    back to the full one is not timed twice), and bf16 on a CPU only where it is not emulated."""
+    """The heads worth timing here: those built on this device, bf16 on a CPU only where it is not emulated."""
     device = goose_model.model.get_output_embeddings().weight.device
-    kinds = []
-    for kind in HEADS:
-        if kind == "screened" and device.type == "cpu" and not torch.backends.cpu.get_cpu_capability().startswith(
-                ("AVX512", "AMX")):
-            continue
-        if kind == "full" or type(head_for(goose_model, kind)) is not FullHead:
-            kinds.append(kind)
-    return kinds
+    emulated_bf16 = device.type == "cpu" and not torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
+    return [kind for kind in heads_here(goose_model) if not (kind == "screened" and emulated_bf16)]
 
 
 @torch.inference_mode()

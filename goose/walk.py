@@ -53,9 +53,11 @@ class GreedyWalker:
         self.head = head
 
     def first_token(self, hidden: torch.Tensor, top_k: int) -> tuple[int, torch.return_types.topk | None]:
-        """After the prefill: the target's next token and the top-k of every prompt row."""
-        argmax, top = self.head.greedy(hidden, top_k)
-        return int(argmax[-1]), top
+        """After the prefill: the target's next token and the top-k of every prompt row. Only the last row
+        needs an exact argmax; the others only the (approximate) top-k: a screened head skips their float32
+        recomputation, which early prompt rows, often flat, make dear."""
+        argmax, _ = self.head.greedy(hidden[-1:], 0)
+        return int(argmax[0]), (self.head.top(hidden, top_k) if top_k else None)
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
         argmax, top = self.head.greedy(hidden, top_k)

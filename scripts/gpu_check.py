@@ -34,7 +34,7 @@ import goose  # noqa: E402
 from goose import metrics  # noqa: E402
 from goose.bench import HF_GENERATE, BenchPrompt, BenchRun, run_one  # noqa: E402
 from goose.budget import cost_table  # noqa: E402
-from goose.head import HEADS  # noqa: E402
+from goose.head import heads_here  # noqa: E402
 
 # A Llama-3.2-1B-like shape, and a tiny one for CPU smoke runs.
 SIZES = {
@@ -88,7 +88,7 @@ def lossless_rows(device: str, new_tokens: int) -> tuple[list[list[str]], bool]:
         model.model.to(device)
         references = [run_one(model, BenchPrompt(str(i), text), HF_GENERATE, new_tokens, None).tokens
                       for i, text in enumerate(LOSSLESS_PROMPTS)]
-        for head in HEADS:
+        for head in heads_here(model):
             for method in goose.METHODS:
                 same = total = 0
                 for text, reference in zip(LOSSLESS_PROMPTS, references):
@@ -111,7 +111,8 @@ def cost_rows(model: goose.GooseModel) -> list[list[str]]:
 def speed_rows(model: goose.GooseModel, prompts: list[str], new_tokens: int) -> list[list[str]]:
     """Pooled tokens/s per method and head, interleaved per prompt, speed-ups over AR (same head) and
     over transformers' generate (goose.metrics); every method's tokens checked against autoregressive's."""
-    runs = [(HF_GENERATE, "-")] + [(m, h) for h in HEADS for m in ("autoregressive", "pld", "balanced", "goose")]
+    methods = ("autoregressive", "pld", "balanced", "goose")
+    runs = [(HF_GENERATE, "-")] + [(m, h) for h in heads_here(model) for m in methods]
     for method, head in runs:  # untimed: the head, the cost table and transformers' first call are set up once
         run_one(model, BenchPrompt("warm-up", prompts[0]), method, 4, None, head=head if head != "-" else "screened")
     suite: dict[tuple[str, str], dict[str, BenchRun]] = {key: {} for key in runs}

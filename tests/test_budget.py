@@ -195,11 +195,16 @@ def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
     assert goose.generate(model, "abc", "goose", 5, budget=8).config["auto_budget"] is False
 
 
-def test_sampling_teaches_the_tuner_nothing(monkeypatch):
-    monkeypatch.setattr(budget_module, "cost_table", lambda model, head="screened": {2: 1.0, 8: 1.2})
+def test_sampled_steps_teach_their_own_tuner(monkeypatch):
+    """A sampled run's draws score the counterfactual trees of a tuner kept apart from the greedy one."""
+    monkeypatch.setattr(budget_module, "cost_table", lambda model, head="screened": {1: 0.9, 2: 1.0, 8: 1.2})
     model = tiny_llama(0)
     run = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
-    assert model._budget_tuners["goose", run.head].steps == 0
+    assert model._budget_tuners["goose", run.head, "sampled"].steps == len(run.steps)
+    assert ("goose", run.head) not in model._budget_tuners
+    greedy = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20)
+    assert model._budget_tuners["goose", greedy.head].steps == len(greedy.steps)
+    assert model._budget_tuners["goose", run.head, "sampled"].steps == len(run.steps)
 
 
 @pytest.fixture

@@ -125,14 +125,16 @@ def test_observe_sees_the_drafted_tree_and_the_revealed_continuation():
         assert revealed == [tree.tokens[n] for n in accepted] + [step.bonus_token]
 
 
-def test_sampled_steps_reveal_nothing_to_the_tuner():
+def test_sampled_steps_reveal_their_draws():
     register(Recorder)
     try:
         Recorder.seen = []
-        goose.generate(tiny_llama(0), PROMPTS[0], Recorder.name, 20, 8, temperature=0.8, seed=1)
+        run = goose.generate(tiny_llama(0), PROMPTS[0], Recorder.name, 20, 8, temperature=0.8, seed=1)
     finally:
         del METHODS[Recorder.name]
-    assert Recorder.seen and all(revealed is None for *_, revealed in Recorder.seen)
+    assert len(Recorder.seen) == len(run.steps)
+    for (_, tree, accepted, revealed), step in zip(Recorder.seen, run.steps):
+        assert revealed == [tree.tokens[n] for n in accepted] + [step.bonus_token]
 
 
 def test_spine_tree_keeps_its_acceptance_ema_from_observed_steps():

@@ -7,7 +7,7 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.head import FullHead, Int8ScreenedHead, ScreenedHead, block_hadamard, head_for, make_head
+from goose.head import FullHead, Int8ScreenedHead, ScreenedHead, block_hadamard, head_for, heads_here, make_head
 
 SCREENS = [ScreenedHead, Int8ScreenedHead]
 
@@ -204,3 +204,12 @@ def test_a_flat_int8_screen_falls_back_to_one_float32_pass(monkeypatch):
     hidden = torch.stack([base * 400, weight[7] * 400])
     screened = _check_same_argmax(lm_head, hidden, Int8ScreenedHead)
     assert 3000 <= screened.screened_rows < 2 * 3000, "only the flat row is computed whole"
+
+
+def test_heads_here_are_the_heads_really_built():
+    """gpu_check and auto only time heads that exist on the model's device: a head that would fall back to
+    the full one is not reported under another name."""
+    model = tiny_llama(0)
+    assert heads_here(model) == ["int8", "screened", "full"]
+    model.model.get_output_embeddings().to(torch.bfloat16)
+    assert heads_here(model) == ["full"]
