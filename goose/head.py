@@ -70,7 +70,29 @@ class FullHead:
         return torch.topk(self.logits(hidden), top_k, dim=-1)
 
 
-class ScreenedHead(FullHead):
+class Screen(FullHead):
+    """A head with a cheap approximate product (a screen): exact float32 rows only where asked for,
+    the adjacency table's top-k from the screen, which need not be exact."""
+
+    def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Screened logits [n, vocab] before soft-capping."""
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def rows(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[RowLogits, torch.return_types.topk | None]:
+        """Float32 logits only for the rows asked for (the ones the sampling walk visits)."""
+        def row(i: int) -> torch.Tensor:
+            return self.logits(hidden[i:i + 1])[0]
+
+        return row, (self.top(hidden, top_k) if top_k else None)
+
+    @torch.inference_mode()
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        top = torch.topk(self.approximate(hidden.float()), top_k, dim=-1)
+        return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+
+
+class ScreenedHead(Screen):
     """Exact float32 argmax through a bfloat16 screen; exact float32 rows only where asked for."""
 
     def __init__(self, lm_head: torch.nn.Linear, cap: float | None) -> None:
@@ -120,21 +142,8 @@ class ScreenedHead(FullHead):
             return argmax, None
         return argmax, torch.return_types.topk((softcap(top.values[:, :top_k], self.cap), top.indices[:, :top_k]))
 
-    @torch.inference_mode()
-    def rows(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[RowLogits, torch.return_types.topk | None]:
-        """Float32 logits only for the rows asked for (the ones the sampling walk visits); the top-k for
-        the adjacency table from the bf16 screen, which need not be exact."""
-        def row(i: int) -> torch.Tensor:
-            return self.logits(hidden[i:i + 1])[0]
-
-        if not top_k:
-            return row, None
-        return row, self.top(hidden, top_k)
-
-    @torch.inference_mode()
-    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
-        top = torch.topk(self._screen(hidden.float()), top_k, dim=-1)
-        return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+    def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._screen(hidden)
 
 
 def block_hadamard(width: int) -> tuple[torch.Tensor, int]:
@@ -148,7 +157,7 @@ def block_hadamard(width: int) -> tuple[torch.Tensor, int]:
     return matrix, block
 
 
-class Int8ScreenedHead(FullHead):
+class Int8ScreenedHead(Screen):
     """Exact float32 argmax through an int8 screen (fbgemm, CPU); exact float32 rows only where asked for.
 
     Set-up, once per model: rotate the head's rows by a signed block Hadamard R (orthogonal: logits are
@@ -196,9 +205,13 @@ class Int8ScreenedHead(FullHead):
 
     @staticmethod
     def available(lm_head: torch.nn.Module) -> bool:
-        """fbgemm's int8 kernels exist (x86 builds of torch) and the head lives on the CPU."""
-        return ("fbgemm" in torch.backends.quantized.supported_engines
-                and lm_head.weight.device.type == "cpu")
+        """fbgemm's int8 kernels exist (x86 builds of torch; torch marks these ops deprecated) and the head
+        lives on the CPU."""
+        try:
+            torch.ops.quantized.linear_dynamic, torch.ops.quantized.linear_prepack  # noqa: B018
+        except (AttributeError, RuntimeError):
+            return False
+        return "fbgemm" in torch.backends.quantized.supported_engines and lm_head.weight.device.type == "cpu"
 
     @property
     def screened_rows(self) -> int:
@@ -245,20 +258,8 @@ class Int8ScreenedHead(FullHead):
         top = torch.topk(approx, min(top_k, approx.shape[1]), dim=-1)
         return argmax, torch.return_types.topk((softcap(top.values, self.cap), top.indices))
 
-    @torch.inference_mode()
-    def rows(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[RowLogits, torch.return_types.topk | None]:
-        """Float32 logits only for the rows asked for; the adjacency table's top-k from the int8 screen."""
-        def row(i: int) -> torch.Tensor:
-            return self.logits(hidden[i:i + 1])[0]
-
-        if not top_k:
-            return row, None
-        return row, self.top(hidden, top_k)
-
-    @torch.inference_mode()
-    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
-        top = torch.topk(self._screen(hidden.float())[0], top_k, dim=-1)
-        return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+    def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._screen(hidden)[0]
 
 
 def make_head(model, kind: str = "screened") -> FullHead:

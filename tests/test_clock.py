@@ -53,7 +53,7 @@ def test_head_option_reaches_every_method_and_the_record(tiny):
     assert (screened.head, full.head) == ("screened", "full")
     assert full.tokens == screened.tokens
     assert RunRecord.from_json(full.to_json()).head == "full"
-    with pytest.raises(ValueError, match="unknown head 'fast'; choose one of auto, screened, full"):
+    with pytest.raises(ValueError, match="unknown head 'fast'; choose one of auto, int8, screened, full"):
         goose.stream(tiny, "hello", head="fast")
 
 
