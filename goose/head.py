@@ -74,6 +74,16 @@ class Screen(FullHead):
     """A head with a cheap approximate product (a screen): exact float32 rows only where asked for,
     the adjacency table's top-k from the screen, which need not be exact."""
 
+    def __init__(self, lm_head: torch.nn.Linear, cap: float | None) -> None:
+        super().__init__(lm_head, cap)
+        # rows recomputed in float32, kept on the device so that counting never waits for it
+        self._recomputed = torch.zeros((), dtype=torch.long, device=lm_head.weight.device)
+
+    @property
+    def screened_rows(self) -> int:
+        """How many vocabulary rows needed a float32 recompute so far (for the curious)."""
+        return int(self._recomputed)
+
     def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
         """Screened logits [n, vocab] before soft-capping."""
         raise NotImplementedError
@@ -88,7 +98,11 @@ class Screen(FullHead):
 
     @torch.inference_mode()
     def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
-        top = torch.topk(self.approximate(hidden.float()), top_k, dim=-1)
+        return self._capped_top(self.approximate(hidden.float()), top_k)
+
+    def _capped_top(self, approx: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        """The top-k of screened logits, soft-capped as the model's own logits are."""
+        top = torch.topk(approx, min(top_k, approx.shape[1]), dim=-1)
         return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
 
 
@@ -103,13 +117,6 @@ class ScreenedHead(Screen):
         self.max_norm = float(weight.norm(dim=1).max())
         self.max_error_norm = float((weight - self.weight_bf16.float()).norm(dim=1).max())
         self.max_bf16_norm = float(self.weight_bf16.float().norm(dim=1).max())
-        # rows recomputed in float32, kept on the device so that counting never waits for it
-        self._recomputed = torch.zeros((), dtype=torch.long, device=weight.device)
-
-    @property
-    def screened_rows(self) -> int:
-        """How many vocabulary rows needed a float32 recompute so far (for the curious)."""
-        return int(self._recomputed)
 
     def _screen(self, hidden: torch.Tensor) -> torch.Tensor:
         """bf16 logits [n, vocab] (before soft-capping), each within the slack of its float32 value."""
@@ -201,7 +208,6 @@ class Int8ScreenedHead(Screen):
         self.max_error_norm = max_error
         self.pin = torch.zeros(1, weight.shape[1])
         self.pin[0, 0], self.pin[0, -1] = -self.LEVELS - 1, self.LEVELS
-        self._recomputed = 0
 
     @staticmethod
     def available(lm_head: torch.nn.Module) -> bool:
@@ -212,11 +218,6 @@ class Int8ScreenedHead(Screen):
         except (AttributeError, RuntimeError):
             return False
         return "fbgemm" in torch.backends.quantized.supported_engines and lm_head.weight.device.type == "cpu"
-
-    @property
-    def screened_rows(self) -> int:
-        """How many vocabulary rows needed a float32 recompute so far (for the curious)."""
-        return self._recomputed
 
     def rotate(self, rows: torch.Tensor) -> torch.Tensor:
         signed = (rows * self.signs).reshape(rows.shape[0], -1, self.block)
@@ -253,27 +254,31 @@ class Int8ScreenedHead(Screen):
         if flat.any():
             argmax[flat] = torch.nn.functional.linear(hidden[flat], self.weight).argmax(1)
             self._recomputed += int(flat.sum()) * self.weight.shape[0]
-        if not top_k:
-            return argmax, None
-        top = torch.topk(approx, min(top_k, approx.shape[1]), dim=-1)
-        return argmax, torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+        return argmax, (self._capped_top(approx, top_k) if top_k else None)
 
     def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
         return self._screen(hidden)[0]
 
 
+HEAD_CLASSES = {"int8": Int8ScreenedHead, "screened": ScreenedHead, "full": FullHead}
+
+
+def heads_built(lm_head: torch.nn.Module) -> list[str]:
+    """The heads that really exist for this LM head: the screens need a float32 Linear head without bias
+    (their bounds assume it), "int8" also fbgemm and a CPU; elsewhere they would be the full head."""
+    plain = isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
+    return [kind for kind in HEADS
+            if kind == "full" or (plain and (kind != "int8" or Int8ScreenedHead.available(lm_head)))]
+
+
 def make_head(model, kind: str = "screened") -> FullHead:
-    """A screened head where it is exact (a float32 Linear head without bias; int8: fbgemm on the CPU),
-    else the full one."""
+    """The head `kind` where it is built for this model (heads_built), else the full one."""
     if kind not in HEADS:
         raise ValueError(f"unknown head {kind!r}; choose one of {', '.join(HEADS)}")
     config = model.config.get_text_config(decoder=True)
     cap = getattr(config, "final_logit_softcapping", None)
     lm_head = model.get_output_embeddings()
-    plain = isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
-    if kind == "int8" and plain and Int8ScreenedHead.available(lm_head):
-        return Int8ScreenedHead(lm_head, cap)
-    return ScreenedHead(lm_head, cap) if kind == "screened" and plain else FullHead(lm_head, cap)
+    return HEAD_CLASSES[kind if kind in heads_built(lm_head) else "full"](lm_head, cap)
 
 
 def head_for(goose_model, kind: str = "screened") -> FullHead:
@@ -299,12 +304,8 @@ def choose_head(goose_model, kind: str = "auto") -> str:
 
 
 def heads_here(goose_model) -> list[str]:
-    """The heads really built for this model on its device: "int8" needs fbgemm and a CPU, the screens a
-    float32 head without bias; elsewhere they would be the full head under another name."""
-    lm_head = goose_model.model.get_output_embeddings()
-    plain = isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
-    return [kind for kind in HEADS
-            if kind == "full" or (plain and (kind != "int8" or Int8ScreenedHead.available(lm_head)))]
+    """The heads really built for this model on its device (gpu_check and auto time only these)."""
+    return heads_built(goose_model.model.get_output_embeddings())
 
 
 def _contenders(goose_model) -> list[str]:
