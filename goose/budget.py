@@ -32,7 +32,7 @@ from goose.tree import DraftTree
 # cost curve, as on a CPU, and drafts that are rarely right) the tuner falls back to it rather than
 # run below the speed of plain decoding.
 BUDGET_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-COST_FORMAT = 3  # 2: the grid starts at 1; 3: measured on text
+COST_FORMAT = 4  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears
 
 Shape = tuple  # one value per tuned knob, in the tuner's knob order
 Key = tuple[Shape, int]  # (shape, base budget)
@@ -96,8 +96,11 @@ def _measure_text() -> str:
 
 
 def _cost_key(goose_model, threads: int, head: str) -> str:
+    from goose.packed import body_linears
+
     weight = goose_model.model.get_input_embeddings().weight
-    return f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
+    return (f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
+            f"|linears={body_linears(goose_model.model)}")
 
 
 @torch.inference_mode()

@@ -9,9 +9,12 @@ cache here keeps every position on every layer, so the window lives in the mask.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from transformers import DynamicCache
 
+from goose.packed import pack_linears, packed_linears
 from goose.tree import DraftTree
 
 # Kernels that apply an arbitrary additive 4-D mask. Flash attention drops it.
@@ -86,6 +89,7 @@ class Verifier:
     def __init__(self, model) -> None:
         check_attention_kernel(model)
         self.body = model.get_decoder()  # the transformer without its LM head
+        self.packed = pack_linears(self.body)  # oneDNN linears on a CPU, once per model (goose.packed)
         self.layout = attention_layout(model.config)
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype
@@ -109,8 +113,9 @@ class Verifier:
         left to the caller, which knows which rows it needs)."""
         input_ids = torch.tensor([tokens], device=self.device)
         positions = (self.prefix_length + torch.tensor([depths])).to(self.device)
-        output = self.body(input_ids=input_ids, attention_mask=self._mask(parents, depths), position_ids=positions,
-                           cache=self.cache, use_cache=True)
+        with packed_linears() if self.packed else nullcontext():
+            output = self.body(input_ids=input_ids, attention_mask=self._mask(parents, depths),
+                               position_ids=positions, cache=self.cache, use_cache=True)
         return output.last_hidden_state[0]
 
     def forward_tree(self, tree: DraftTree) -> torch.Tensor:

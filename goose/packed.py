@@ -1,0 +1,99 @@
+"""Prepacked, batch-invariant float32 linears for the model body on a CPU (oneDNN).
+
+Why: on a CPU the body's linear layers are most of a verification pass. `nn.Linear` calls MKL's
+sgemm, which is slow for the handful of rows a tree holds (measured on the embedded model, 2 AVX2
+cores: a 4-row pass costs twice a 1-row pass) and rounds a row differently depending on how many
+rows share the call. oneDNN with each weight reordered once for it computes the same float32
+products: 4 rows then cost what 1 row costs, 16 rows 1.7x, and every row's result is bitwise the
+same whatever else is in the batch, so a tree's rows round as the autoregressive step's single row
+does (tests/test_packed.py checks both).
+
+The packed path is taken only inside `packed_linears()` (thread-local), which the Verifier enters:
+every method, the autoregressive baseline included, runs through it, while the same model object
+stays stock everywhere else (transformers' own `generate`, the bench's hf-generate, is what users
+would otherwise run). GOOSE_PACKED_LINEARS=0 turns packing off, for A/B measurements.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+BATCH_HINT = 16  # rows oneDNN lays the weight out for: a typical tree
+_state = threading.local()
+
+
+def enabled() -> bool:
+    return os.environ.get("GOOSE_PACKED_LINEARS", "1") != "0"
+
+
+def _kernels_exist() -> bool:
+    try:
+        torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise  # noqa: B018
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.backends.mkldnn.is_available()
+
+
+class _PackedWeight:
+    """oneDNN's layout of one Linear's weight, re-made when the weight changes (in place or replaced)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        self.linear = linear
+        self.key: tuple[int, int] | None = None
+        self.weight: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def current(self) -> torch.Tensor:
+        weight = self.linear.weight
+        key = (weight.data_ptr(), weight._version)
+        if key != self.key:
+            self.weight, self.key = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT), key
+        return self.weight
+
+
+def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    if not getattr(_state, "active", False) or x.dtype != torch.float32 or x.device.type != "cpu":
+        return F.linear(x, self.weight, self.bias)
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.mkldnn._linear_pointwise(rows, self._goose_packed.current(), self.bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def pack_linears(body: torch.nn.Module) -> bool:
+    """Give every plain float32 CPU `nn.Linear` of `body` a packed weight (once per model).
+    True when the body runs packed inside `packed_linears()`."""
+    if not enabled() or not _kernels_exist():
+        return False
+    # Exact type: subclasses (quantised, LoRA, ...) keep their own forward.
+    linears = [m for m in body.modules() if type(m) is torch.nn.Linear]
+    if not linears or any(m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in linears):
+        return False
+    for linear in linears:
+        if not hasattr(linear, "_goose_packed"):
+            linear._goose_packed = _PackedWeight(linear)
+            linear._goose_packed.current()  # pack now: set-up belongs to the first call, not its first step
+            linear.forward = types.MethodType(_forward, linear)
+    return True
+
+
+@contextmanager
+def packed_linears() -> Iterator[None]:
+    """Packed linears take over in this thread for the duration (where pack_linears installed them)."""
+    previous = getattr(_state, "active", False)
+    _state.active = True
+    try:
+        yield
+    finally:
+        _state.active = previous
+
+
+def body_linears(model: torch.nn.Module) -> str:
+    """How a verification pass runs the body's linears on this model: "packed" (oneDNN) or "stock"."""
+    return "packed" if pack_linears(model.get_decoder()) else "stock"
