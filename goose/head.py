@@ -185,6 +185,7 @@ class Int8ScreenedHead(Screen):
     LEVELS = 63  # |k| <= 63, so the unsigned 7-bit input never saturates fbgemm's AVX2 int16 pair sums
     FLOAT_SLACK = 1e-3  # generous: the float32 errors of rotation and accumulation are ~1e-5 relative
     FLAT = 8192  # candidates in one row beyond which the whole row is computed in float32
+    ROW_BLOCK = 16  # rows screened at once for the adjacency table's top-k
 
     def __init__(self, lm_head: torch.nn.Linear, cap: float | None) -> None:
         super().__init__(lm_head, cap)
@@ -238,23 +239,35 @@ class Int8ScreenedHead(Screen):
     @torch.inference_mode()
     def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
         hidden = hidden.float()
+        n = hidden.shape[0]
         approx, bound = self._screen(hidden)
         threshold = approx.amax(1) - 2 * bound  # below it, a row's upper bound misses the best lower bound
-        candidates = approx >= threshold[:, None]
-        flat = candidates.sum(1) > self.FLAT  # a screen this flat: one float32 pass over the row is cheaper
-        candidates[flat] = False
-        rows, vocab = candidates.nonzero(as_tuple=True)
+        rows, vocab = (approx >= threshold[:, None]).nonzero(as_tuple=True)
+        # counted from the pairs: a sum over the [n, vocab] mask would first widen it to int64 (measured:
+        # half of a 16-row call)
+        flat = torch.bincount(rows, minlength=n) > self.FLAT  # this flat: one float32 pass over the row is cheaper
+        if flat.any():
+            keep = ~flat[rows]
+            rows, vocab = rows[keep], vocab[keep]
+        # Pair by pair, each a dot product of its own: a row's logits do not depend on the other rows
+        # in the call, so a tree's rows round exactly as the autoregressive step's row does.
         exact = (self.weight[vocab] * hidden[rows]).sum(1)
-        best = torch.full((hidden.shape[0],), -torch.inf).scatter_reduce(0, rows, exact, "amax")
+        best = torch.full((n,), -torch.inf).scatter_reduce(0, rows, exact, "amax")
         winners = exact == best[rows]
         # the first maximum, as torch.argmax over the full row would pick it
-        argmax = torch.full((hidden.shape[0],), self.weight.shape[0]).scatter_reduce(
-            0, rows[winners], vocab[winners], "amin")
+        argmax = torch.full((n,), self.weight.shape[0]).scatter_reduce(0, rows[winners], vocab[winners], "amin")
         self._recomputed += len(vocab)
         if flat.any():
             argmax[flat] = torch.nn.functional.linear(hidden[flat], self.weight).argmax(1)
             self._recomputed += int(flat.sum()) * self.weight.shape[0]
         return argmax, (self._capped_top(approx, top_k) if top_k else None)
+
+    @torch.inference_mode()
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        """Blocks of ROW_BLOCK rows: a prompt's hundreds of rows at once would build a screen of hundreds of
+        megabytes, and writing it costs more than the int8 product itself (measured)."""
+        blocks = [super(Int8ScreenedHead, self).top(block, top_k) for block in hidden.split(self.ROW_BLOCK)]
+        return torch.return_types.topk((torch.cat([b.values for b in blocks]), torch.cat([b.indices for b in blocks])))
 
     def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
         return self._screen(hidden)[0]
