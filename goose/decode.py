@@ -117,15 +117,19 @@ class Generation:
             anchor, before_anchor = path[-1], path[-2]
 
     def _prefill(self) -> int:
-        """One pass over the whole prompt: the first new token; every prompt row refreshes the adjacency table."""
+        """One pass over the whole prompt: the first new token; the prompt's rows seed the adjacency table."""
         start = time.perf_counter()
         prompt = self.prompt_tokens
         self.matcher.extend(prompt)
         hidden = self.verifier.forward_chain(prompt)
-        rows = hidden if self.adjacency is not None else hidden[-1:]
-        first, top = self.walker.first_token(rows, self._top_k)
+        first = self.walker.first_token(hidden[-1:])
         if self.adjacency is not None:
-            self.adjacency.refresh(prompt, [None, *prompt[:-1]], top.indices, top.values)
+            # Only the rows the table would keep (a later occurrence overwrites an earlier one) need the head's
+            # top-k: the table comes out the same, for a fraction of the prefill's heaviest work.
+            previous = [None, *prompt[:-1]]
+            rows = self.adjacency.last_occurrences(prompt, previous)
+            top = self.walker.head.top(hidden[rows], self._top_k)
+            self.adjacency.refresh([prompt[i] for i in rows], [previous[i] for i in rows], top.indices, top.values)
         self.verifier.truncate(len(prompt))  # the whole prompt is committed
         self.run.totals.prefill_s = time.perf_counter() - start
         self.run.totals.forward_passes = 1

@@ -52,12 +52,9 @@ class GreedyWalker:
     def __init__(self, head: FullHead) -> None:
         self.head = head
 
-    def first_token(self, hidden: torch.Tensor, top_k: int) -> tuple[int, torch.return_types.topk | None]:
-        """After the prefill: the target's next token and the top-k of every prompt row. Only the last row
-        needs an exact argmax; the others only the (approximate) top-k: a screened head skips their float32
-        recomputation, which early prompt rows, often flat, make dear."""
-        argmax, _ = self.head.greedy(hidden[-1:], 0)
-        return int(argmax[0]), (self.head.top(hidden, top_k) if top_k else None)
+    def first_token(self, last: torch.Tensor) -> int:
+        """After the prefill: the target's next token, from the last prompt row's hidden state [1, hidden]."""
+        return int(self.head.greedy(last, 0)[0][0])
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
         argmax, top = self.head.greedy(hidden, top_k)
@@ -92,9 +89,9 @@ class SamplingWalker:
         """The warped distribution, on the host: the walk draws with a host generator, token by token."""
         return self.sampling.warp(logits).cpu()
 
-    def first_token(self, hidden: torch.Tensor, top_k: int) -> tuple[int, torch.return_types.topk | None]:
-        row, top = self.head.rows(hidden, top_k)
-        return choose_child(self._probs(row(hidden.shape[0] - 1)), [], self.generator)[1], top
+    def first_token(self, last: torch.Tensor) -> int:
+        row, _ = self.head.rows(last)
+        return choose_child(self._probs(row(0)), [], self.generator)[1]
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
         row, top = self.head.rows(hidden, top_k)

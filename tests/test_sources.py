@@ -61,3 +61,19 @@ def test_bigram_tier_first_and_weak_successors_dropped():
     assert unigram == [11, 12, 13], "the unigram row is overwritten by the latest pass as well"
     table.refresh([3], [None], torch.tensor([[1, 2, 3]]), torch.tensor([[9.0, 8.0, 0.0]]))
     assert [t for t, _ in table.successors(3)] == [1, 2], "scores below min_score are not drafted"
+
+
+def test_refreshing_only_the_last_occurrences_builds_the_same_table():
+    """The prefill asks the head only for the rows a refresh keeps: the table must come out identical."""
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 6, (200,), generator=generator).tolist()
+    previous = [None, *tokens[:-1]]
+    ids = torch.randint(0, 50, (200, 10), generator=generator)
+    logits = torch.randn(200, 10, generator=generator)
+    for use_bigram in (True, False):
+        whole, part = AdjacencyTable(use_bigram=use_bigram), AdjacencyTable(use_bigram=use_bigram)
+        whole.refresh(tokens, previous, ids, logits)
+        rows = part.last_occurrences(tokens, previous)
+        assert rows == sorted(rows) and rows[-1] == len(tokens) - 1 and len(rows) < (37 if use_bigram else 7)
+        part.refresh([tokens[i] for i in rows], [previous[i] for i in rows], ids[rows], logits[rows])
+        assert (part.unigram, part.bigram) == (whole.unigram, whole.bigram)

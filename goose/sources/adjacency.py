@@ -43,6 +43,14 @@ class AdjacencyTable:
             if self.use_bigram and previous[i] is not None:
                 self.bigram[(int(previous[i]), int(token))] = pairs
 
+    def last_occurrences(self, tokens: Sequence[int], previous: Sequence[int | None]) -> list[int]:
+        """Positions whose rows survive a refresh of all of `tokens`, in order: the last occurrence of each
+        key (the bigram (previous, token) when that tier is on, which also holds the token's last occurrence)."""
+        last: dict = {}
+        for i, token in enumerate(tokens):
+            last[(previous[i], token) if self.use_bigram else token] = i
+        return sorted(last.values())
+
     def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
         """(successor, score) pairs, most likely first, scores >= min_score."""
         pairs = self.bigram.get((previous, token)) if self.use_bigram and previous is not None else None
