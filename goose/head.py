@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
 
 import torch
 
@@ -33,8 +32,6 @@ FP32_EPS = 2.0 ** -24
 SCREEN_WIDTH = 16  # bf16 top-k searched for candidates before a full scan
 HEADS = ("int8", "screened", "full")  # exact through an int8 or a bf16 screen, or the textbook float32 head
 HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster on this device
-
-RowLogits = Callable[[int], torch.Tensor]  # row index -> that row's exact float32 logits
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -58,11 +55,9 @@ class FullHead:
         logits = self.logits(hidden)
         return logits.argmax(-1), (torch.topk(logits, top_k, dim=-1) if top_k else None)
 
-    @torch.inference_mode()
-    def rows(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[RowLogits, torch.return_types.topk | None]:
-        """(exact float32 logits of a row on demand, top-k per row or None): what sampling needs."""
-        logits = self.logits(hidden)
-        return logits.__getitem__, (torch.topk(logits, top_k, dim=-1) if top_k else None)
+    def target_rows(self, hidden: torch.Tensor) -> TargetRows:
+        """One pass's rows as sampling needs them (every row's logits at once: the full head pays for all)."""
+        return TargetRows(self, hidden)
 
     @torch.inference_mode()
     def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
@@ -86,15 +81,16 @@ class Screen(FullHead):
 
     def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
         """Screened logits [n, vocab] before soft-capping."""
+        return self.screen(hidden)[0]
+
+    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(screened logits [n, vocab] before soft-capping, each row's bound [n] on their distance from the
+        float32 logits)."""
         raise NotImplementedError
 
-    @torch.inference_mode()
-    def rows(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[RowLogits, torch.return_types.topk | None]:
-        """Float32 logits only for the rows asked for (the ones the sampling walk visits)."""
-        def row(i: int) -> torch.Tensor:
-            return self.logits(hidden[i:i + 1])[0]
-
-        return row, (self.top(hidden, top_k) if top_k else None)
+    def target_rows(self, hidden: torch.Tensor) -> TargetRows:
+        """Float32 values only where the sampling walk asks, through the screen (ScreenedRows)."""
+        return ScreenedRows(self, hidden)
 
     @torch.inference_mode()
     def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
@@ -118,19 +114,20 @@ class ScreenedHead(Screen):
         self.max_error_norm = float((weight - self.weight_bf16.float()).norm(dim=1).max())
         self.max_bf16_norm = float(self.weight_bf16.float().norm(dim=1).max())
 
-    def _screen(self, hidden: torch.Tensor) -> torch.Tensor:
-        """bf16 logits [n, vocab] (before soft-capping), each within the slack of its float32 value."""
-        return (hidden.to(torch.bfloat16) @ self.weight_bf16.T).float()
-
-    @torch.inference_mode()
-    def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
-        hidden = hidden.float()
-        approx = self._screen(hidden)
+    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """bf16 logits [n, vocab] (before soft-capping) and each row's slack (the bound in the module notes)."""
+        approx = (hidden.to(torch.bfloat16) @ self.weight_bf16.T).float()
         low = hidden.to(torch.bfloat16).float()
         low_norm = low.norm(dim=1)
         slack = ((hidden - low).norm(dim=1) * self.max_norm + low_norm * self.max_error_norm
                  + hidden.shape[1] * FP32_EPS * low_norm * self.max_bf16_norm
                  + BF16_EPS * approx.abs().amax(dim=1))
+        return approx, slack
+
+    @torch.inference_mode()
+    def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
+        hidden = hidden.float()
+        approx, slack = self.screen(hidden)
         # The few largest bf16 logits hold every candidate unless the screen is unusually flat.
         top = torch.topk(approx, min(max(top_k, SCREEN_WIDTH), approx.shape[1]), dim=-1)
         threshold = top.values[:, 0] - 2 * slack  # best lower bound, less one more slack for the upper bound
@@ -148,9 +145,6 @@ class ScreenedHead(Screen):
         if not top_k:
             return argmax, None
         return argmax, torch.return_types.topk((softcap(top.values[:, :top_k], self.cap), top.indices[:, :top_k]))
-
-    def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._screen(hidden)
 
 
 def block_hadamard(width: int) -> tuple[torch.Tensor, int]:
@@ -224,7 +218,7 @@ class Int8ScreenedHead(Screen):
         signed = (rows * self.signs).reshape(rows.shape[0], -1, self.block)
         return (signed @ self.hadamard).reshape(rows.shape) * self.block ** -0.5
 
-    def _screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(int8 logits [n, vocab] before soft-capping, each row's error bound [n])."""
         rotated = self.rotate(hidden)
         step = (rotated.abs().amax(1, keepdim=True) / self.LEVELS).clamp_min(1e-30)
@@ -240,7 +234,7 @@ class Int8ScreenedHead(Screen):
     def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
         hidden = hidden.float()
         n = hidden.shape[0]
-        approx, bound = self._screen(hidden)
+        approx, bound = self.screen(hidden)
         threshold = approx.amax(1) - 2 * bound  # below it, a row's upper bound misses the best lower bound
         rows, vocab = (approx >= threshold[:, None]).nonzero(as_tuple=True)
         # counted from the pairs: a sum over the [n, vocab] mask would first widen it to int64 (measured:
@@ -269,8 +263,92 @@ class Int8ScreenedHead(Screen):
         blocks = [super(Int8ScreenedHead, self).top(block, top_k) for block in hidden.split(self.ROW_BLOCK)]
         return torch.return_types.topk((torch.cat([b.values for b in blocks]), torch.cat([b.indices for b in blocks])))
 
-    def approximate(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._screen(hidden)[0]
+
+
+def gumbel_noise(size: int, generator: torch.Generator) -> torch.Tensor:
+    """Standard Gumbel noise: argmax(logits / T + noise) is a draw from softmax(logits / T) (Gumbel-max)."""
+    return -torch.log(-torch.log(torch.rand(size, generator=generator)))
+
+
+class TargetRows:
+    """One verified pass's rows as sampling needs them, exact in float32, each only when the walk asks:
+    a whole row, its exact top-k (ties at the k-th included), or one Gumbel-max draw from it.
+    This base computes every row of the full head at once."""
+
+    def __init__(self, head: FullHead, hidden: torch.Tensor) -> None:
+        self.head, self.hidden = head, hidden.float()
+        self._logits: torch.Tensor | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.head.lm_head.weight.shape[0]
+
+    def logits(self, i: int) -> torch.Tensor:
+        """Row i's float32 logits, soft-capped as the model's."""
+        if self._logits is None:
+            self._logits = self.head.logits(self.hidden)
+        return self._logits[i]
+
+    def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, token ids) of row i's k largest logits and every token tied with the k-th."""
+        logits = self.logits(i)
+        ids = (logits >= torch.topk(logits, min(k, len(logits))).values[-1]).nonzero().squeeze(1)
+        return logits[ids], ids
+
+    def draw(self, i: int, temperature: float, generator: torch.Generator) -> int:
+        """A token drawn from softmax(row i / temperature)."""
+        noise = gumbel_noise(self.vocab_size, generator).to(self.hidden.device)
+        return int((self.logits(i) / temperature + noise).argmax())
+
+    def adjacency_top(self, k: int) -> torch.return_types.topk:
+        """Every row's top-k for the adjacency table (approximate where the head screens)."""
+        self.logits(0)
+        return torch.topk(self._logits, min(k, self.vocab_size), dim=-1)
+
+
+class ScreenedRows(TargetRows):
+    """The same through a screen: one screen of every row, float32 only for the vocabulary rows that the
+    screen's bound cannot rule out (as the screens' greedy argmax does). The soft-cap is 1-Lipschitz and
+    monotonic, so a bound on the raw logits bounds the capped ones too."""
+
+    def __init__(self, head: Screen, hidden: torch.Tensor) -> None:
+        super().__init__(head, hidden)
+        approx, self.bound = head.screen(self.hidden)
+        self.approx = softcap(approx, head.cap)
+        self.flat = getattr(head, "FLAT", 8192)
+
+    def logits(self, i: int) -> torch.Tensor:
+        return self.head.logits(self.hidden[i:i + 1])[0]
+
+    def _exact(self, i: int, vocab: torch.Tensor) -> torch.Tensor:
+        self.head._recomputed += len(vocab)
+        return softcap((self.head.weight[vocab] * self.hidden[i]).sum(1), self.head.cap)
+
+    def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # The true k-th largest logit t >= (k-th largest screened) - bound, and a token at or above t has a
+        # screened logit >= t - bound: so every candidate for the top-k (ties included) is in here.
+        approx, bound = self.approx[i], self.bound[i]
+        candidates = (approx >= torch.topk(approx, min(k, len(approx))).values[-1] - 2 * bound).nonzero().squeeze(1)
+        if len(candidates) > self.flat:
+            return super().top(i, k)
+        exact = self._exact(i, candidates)
+        keep = exact >= torch.topk(exact, min(k, len(exact))).values[-1]
+        return exact[keep], candidates[keep]
+
+    def draw(self, i: int, temperature: float, generator: torch.Generator) -> int:
+        # Gumbel-max through the screen: noisy screened logits lie within bound / T of the noisy exact ones,
+        # so only tokens within twice that of the noisy screened maximum can win; float32 decides among them.
+        noise = gumbel_noise(self.vocab_size, generator).to(self.hidden.device)
+        noisy = self.approx[i] / temperature + noise
+        margin = 2 * self.bound[i] / temperature
+        candidates = (noisy >= noisy.max() - margin).nonzero().squeeze(1)
+        if len(candidates) > self.flat:
+            return int((self.logits(i) / temperature + noise).argmax())
+        exact = self._exact(i, candidates) / temperature + noise[candidates]
+        return int(candidates[exact.argmax()])
+
+    def adjacency_top(self, k: int) -> torch.return_types.topk:
+        return torch.topk(self.approx, min(k, self.vocab_size), dim=-1)
 
 
 HEAD_CLASSES = {"int8": Int8ScreenedHead, "screened": ScreenedHead, "full": FullHead}

@@ -92,3 +92,17 @@ def choose_child(probs: torch.Tensor, children: list[tuple[int, int]], generator
         residual[token] = 0.0
     token = int(torch.multinomial(residual / residual.sum(), 1, generator=generator).item())
     return None, token, verdicts
+
+
+def choose_drawn(token: int, children: list[tuple[int, int]]) -> tuple[int | None, int | None, dict[int, Verdict]]:
+    """The same choice from a draw `token` of the target's distribution p: the child holding it is accepted,
+    else it is the bonus token. Equal in distribution to choose_child for drafts that are fixed tokens:
+    child x is accepted with probability p(x), and the bonus is x with probability p(x) for every other x.
+    (Used when the draw is cheaper than p itself: Gumbel-max through a screened head.)"""
+    verdicts: dict[int, Verdict] = {}
+    for node, child_token in children:
+        if child_token == token:
+            verdicts[node] = Verdict("accepted", None, "accepted: the target model drew this token")
+            return node, None, verdicts
+        verdicts[node] = Verdict("rejected", None, "rejected: the target model drew another token")
+    return None, token, verdicts

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from goose.head import FullHead
-from goose.sampling import Sampling, Verdict, choose_child
+from goose.head import FullHead, TargetRows
+from goose.sampling import Sampling, Verdict, choose_child, choose_drawn
 from goose.tree import DraftTree
 
 
@@ -75,8 +75,13 @@ class GreedyWalker:
 
 
 class SamplingWalker:
-    """Lossless sampling over the tree with exact float32 distributions (goose.sampling), computed only for
-    the nodes the walk visits (usually the accepted path and one more)."""
+    """Lossless sampling over the tree, exact in float32 at the nodes the walk visits (usually the accepted
+    path and one more) and only there.
+
+    What a visited node needs of its row depends on the warp: with top-k, the exact top-k (a screen finds
+    it, with float32 only near the k-th) and goose.sampling's rule over it; with temperature alone, one
+    Gumbel-max draw through the screen and the child holding it (goose.sampling.choose_drawn); top-p
+    without top-k needs the whole row's mass, so the whole float32 row."""
 
     greedy = False
 
@@ -85,23 +90,30 @@ class SamplingWalker:
         self.sampling = sampling
         self.generator = sampling.generator()
 
-    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """The warped distribution, on the host: the walk draws with a host generator, token by token."""
-        return self.sampling.warp(logits).cpu()
+    def _choose(self, rows: TargetRows, i: int, children: list[tuple[int, int]]
+                ) -> tuple[int | None, int | None, dict[int, Verdict]]:
+        sampling = self.sampling
+        if sampling.top_k > 0:
+            logits, ids = rows.top(i, sampling.top_k)
+            probs = torch.zeros(rows.vocab_size).index_put_((ids.cpu(),), sampling.warp(logits).cpu())
+            return choose_child(probs, children, self.generator)
+        if sampling.top_p < 1.0:
+            return choose_child(sampling.warp(rows.logits(i)).cpu(), children, self.generator)
+        return choose_drawn(rows.draw(i, sampling.temperature, self.generator), children)
 
     def first_token(self, last: torch.Tensor) -> int:
-        row, _ = self.head.rows(last)
-        return choose_child(self._probs(row(0)), [], self.generator)[1]
+        return self._choose(self.head.target_rows(last), 0, [])[1]
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
-        row, top = self.head.rows(hidden, top_k)
+        rows = self.head.target_rows(hidden)
+        top = rows.adjacency_top(top_k) if top_k else None
         targets: list[int | None] = [None] * len(tree)
         verdicts: dict[int, Verdict] = {}
         accepted: list[int] = []
         node = 0
         while True:
             children = [(c, tree.tokens[c]) for c in tree.child_list(node)]
-            child, bonus, tried = choose_child(self._probs(row(node)), children, self.generator)
+            child, bonus, tried = self._choose(rows, node, children)
             verdicts.update(tried)
             if child is None:
                 targets[node] = bonus

@@ -7,7 +7,16 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.head import FullHead, Int8ScreenedHead, ScreenedHead, block_hadamard, head_for, heads_here, make_head
+from goose.head import (
+    FullHead,
+    Int8ScreenedHead,
+    ScreenedHead,
+    ScreenedRows,
+    block_hadamard,
+    head_for,
+    heads_here,
+    make_head,
+)
 
 SCREENS = [ScreenedHead, Int8ScreenedHead]
 
@@ -63,36 +72,65 @@ def test_flat_screen_scans_the_whole_row_in_float32(screen):
 
 
 @pytest.mark.parametrize("screen", SCREENS)
-def test_rows_give_exact_logits_on_demand_and_a_screened_top_k(screen):
+@pytest.mark.parametrize("cap", [None, 30.0])
+def test_target_rows_are_exact_where_the_walk_asks(screen, cap):
+    """Through a screen, sampling's rows are the full head's: whole rows, the top-k with its ties, and
+    Gumbel-max draws (the same noise gives the same token), the adjacency table's top-k close to the truth."""
     generator = torch.Generator().manual_seed(1)
     lm_head = torch.nn.Linear(64, 3000, bias=False)
     with torch.no_grad():
         lm_head.weight.copy_(torch.randn(3000, 64, generator=generator) * 0.05)
-    hidden = torch.randn(6, 64, generator=generator)
-    full = FullHead(lm_head, 30.0).logits(hidden)
-    row, top = screen(lm_head, 30.0).rows(hidden, 5)
-    for i in (0, 5, 2):
-        assert torch.allclose(row(i), full[i], rtol=0, atol=1e-5)
+        lm_head.weight[2000] = lm_head.weight[1000]  # a tie: both or neither belong to a top-k
+    hidden = torch.randn(6, 64, generator=generator) * 3
+    hidden[4] = lm_head.weight[1000].detach() * 400
+    truth = FullHead(lm_head, cap).target_rows(hidden)
+    rows = screen(lm_head, cap).target_rows(hidden)
+    for i in (0, 5, 2, 4):
+        assert torch.allclose(rows.logits(i), truth.logits(i), rtol=0, atol=1e-5)
+        for k in (1, 3, 40):
+            (values, ids), (true_values, true_ids) = rows.top(i, k), truth.top(i, k)
+            assert torch.equal(ids.sort().values, true_ids.sort().values)
+            assert torch.allclose(values[ids.argsort()], true_values[true_ids.argsort()], atol=1e-5)
+        for seed in range(20):
+            for temperature in (0.3, 1.0, 3.0):
+                drawn = rows.draw(i, temperature, torch.Generator().manual_seed(seed))
+                assert drawn == truth.draw(i, temperature, torch.Generator().manual_seed(seed))
+    assert set(rows.top(4, 1)[1].tolist()) == {1000, 2000}
+    top = rows.adjacency_top(5)
     assert top.indices.shape == (6, 5)
-    assert torch.allclose(top.values, full.gather(1, top.indices), atol=0.05), "the screen is close to the truth"
-    assert screen(lm_head, None).rows(hidden, 0)[1] is None
+    assert torch.allclose(top.values, torch.stack([truth.logits(i) for i in range(6)]).gather(1, top.indices),
+                          rtol=0.01, atol=0.05), "the screen is close to the truth"
 
 
-def test_sampling_computes_exact_logits_only_for_the_rows_the_walk_visits(monkeypatch):
+@pytest.mark.parametrize("warp", [{"temperature": 0.8}, {"temperature": 0.8, "top_k": 5}])
+def test_sampling_computes_float32_values_only_for_the_rows_the_walk_visits(monkeypatch, warp):
+    """Temperature alone: a Gumbel draw through the screen; top-k: the exact top-k. Neither computes a
+    whole float32 row, and each visited row (the path and the bonus's row) gets one float32 look."""
     model = tiny_llama(0)
-    rows = []
-    original = ScreenedHead.logits
+    looked: list[int] = []
+    original = ScreenedRows._exact
 
-    def counting(self, hidden):
-        rows.append(hidden.shape[0])
-        return original(self, hidden)
+    def counting(self, i, vocab):
+        looked.append(i)
+        return original(self, i, vocab)
 
-    monkeypatch.setattr(ScreenedHead, "logits", counting)
-    run = goose.generate(model, "abcabcabcabc", "goose", 24, budget=12, temperature=0.8, seed=0,
-                         head="screened")
+    def whole_row(self, hidden):
+        raise AssertionError("a whole float32 row was computed")
+
+    monkeypatch.setattr(ScreenedRows, "_exact", counting)
+    monkeypatch.setattr(ScreenedHead, "logits", whole_row)
+    run = goose.generate(model, "abcabcabcabc", "goose", 24, budget=12, seed=0, head="screened", **warp)
     assert len(run.steps) > 1 and max(len(step.nodes) for step in run.steps) > 2
     visited = 1 + sum(len(step.accepted) + 1 for step in run.steps)  # prefill's last row, then each path
-    assert sum(rows) == visited and set(rows) == {1}
+    assert len(looked) == visited
+
+
+def test_top_p_alone_computes_the_visited_rows_whole():
+    model = tiny_llama(0)
+    run = goose.generate(model, "abcabcabcabc", "goose", 24, budget=12, seed=0, head="screened",
+                         temperature=0.8, top_p=0.9)
+    assert run.steps and all(n.accept_prob is not None for s in run.steps for n in s.nodes
+                             if n.status in ("accepted", "rejected"))
 
 
 def test_heads_are_built_once_per_model_and_kind():
@@ -173,7 +211,7 @@ def test_the_int8_error_bound_holds(seed):
     hidden = torch.randn(25, 128, generator=generator) * 10 ** (seed - 1)
     hidden[:, 3] *= 40
     head = Int8ScreenedHead(lm_head, None)
-    approx, bound = head._screen(hidden)
+    approx, bound = head.screen(hidden)
     truth = hidden.double() @ lm_head.weight.detach().double().T
     error = (approx.double() - truth).abs().amax(1)
     assert (error <= bound.double()).all()

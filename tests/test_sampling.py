@@ -47,16 +47,16 @@ def prompt_text(case: str) -> str:
 
 
 @functools.cache
-def exact_distribution(case: str) -> dict[tuple[int, ...], float]:
-    """P(first LENGTH tokens) under ordinary sampling with WARP, from plain forward passes."""
+def exact_distribution(case: str, warp: Sampling = WARP, length: int = LENGTH) -> dict[tuple[int, ...], float]:
+    """P(first `length` tokens) under ordinary sampling with `warp`, from plain forward passes."""
     gm, prompt = model(case), gm_prompt(case)
     dist = {(): 1.0}
-    for _ in range(LENGTH):
+    for _ in range(length):
         grown = {}
         for prefix, p in dist.items():
             with torch.no_grad():
                 logits = gm.model(torch.tensor([prompt + list(prefix)])).logits[0, -1]
-            probs = WARP.warp(logits)
+            probs = warp.warp(logits)
             for token in probs.nonzero().squeeze(1).tolist():
                 grown[prefix + (token,)] = p * float(probs[token])
         dist = grown
@@ -105,6 +105,35 @@ def test_speculative_sampling_matches_ordinary_sampling(case, method):
     if method != "autoregressive":
         assert rejected >= 50, "the walk must reject drafts to be tested"
         assert accepted >= MIN_ACCEPTED.get((case, method), 10), "the walk must accept drafts to be tested"
+
+
+# Temperature alone: each visited row is one Gumbel-max draw through the screened head
+# (goose.walk.SamplingWalker); two tokens keep the exact distribution's support small.
+TEMPERATURE_ONLY = Sampling(temperature=0.5)
+
+
+def _temperature_only_p_value(case: str, method: str) -> float:
+    counts: dict[tuple[int, ...], int] = {}
+    for draw in range(DRAWS):
+        run = goose.generate(model(case), prompt_text(case), method=method, max_new_tokens=2, budget=12,
+                             temperature=TEMPERATURE_ONLY.temperature, seed=draw, head="int8")
+        counts[tuple(run.tokens)] = counts.get(tuple(run.tokens), 0) + 1
+    return chi_square_p_value(counts, exact_distribution(case, TEMPERATURE_ONLY, 2), DRAWS)
+
+
+@pytest.mark.parametrize("method", ["autoregressive", "goose"])
+def test_gumbel_draws_through_the_screen_match_ordinary_sampling(method):
+    p_value = _temperature_only_p_value("gemma3-window4", method)
+    assert p_value > ALPHA, f"{method}: samples do not follow the target distribution (p = {p_value:.2e})"
+
+
+def test_the_test_catches_a_biased_gumbel_draw(monkeypatch):
+    """Drawing at a lower temperature than asked must fail the same check."""
+    from goose.head import ScreenedRows
+
+    original = ScreenedRows.draw
+    monkeypatch.setattr(ScreenedRows, "draw", lambda self, i, t, g: original(self, i, 0.6 * t, g))
+    assert _temperature_only_p_value("gemma3-window4", "goose") < ALPHA
 
 
 def test_the_test_catches_a_biased_sampler(monkeypatch):
