@@ -98,11 +98,19 @@ class Drafter:
             self._shaped[shape] = drafter
         return drafter
 
+    def situation(self, state: DraftState) -> str:
+        """Which of the tuner's situations a step is in: a method that reads the context tunes its steps
+        without a match apart ("no match") from those with one ("")."""
+        return "no match" if self.uses_context and not state.match.tokens else ""
+
+    def _tuner(self, state: DraftState) -> BudgetTuner:
+        return self.tuner.situation(self.situation(state))
+
     def budget(self, state: DraftState, base: int | None = None) -> int:
         """This step's node budget: the base budget (the tuner's pick, or the configured one),
         grown with the match's confidence — the same for every tree method."""
         if base is None:
-            base = self.tuner.best(self.pinned)[1] if self.tuner is not None else self.config.budget
+            base = self._tuner(state).best(self.pinned)[1] if self.tuner is not None else self.config.budget
         return self.config.grown_budget(state.match.confidence, base)
 
     def draft(self, state: DraftState) -> tuple[DraftTree, int]:
@@ -110,7 +118,7 @@ class Drafter:
         if self.tuner is None:
             budget = self.budget(state)
             return self.build(state, budget), budget
-        shape, base = self.tuner.best(self.pinned)
+        shape, base = self._tuner(state).best(self.pinned)
         budget = self.budget(state, base)
         return self.shaped(shape).build(state, budget), budget
 
@@ -128,16 +136,17 @@ class Drafter:
         own tuner). Each distinct tree is built once; the drafted tree is the tuner's current best."""
         if self.tuner is None or revealed is None:
             return
-        shape, base = self.tuner.best(self.pinned)
+        tuner = self._tuner(state)
+        shape, base = tuner.best(self.pinned)
         built = {self.shaped(shape).tree_signature(state, self.budget(state, base)): tree}
         trees = {}
-        for shape, base in self.tuner.candidates(self.pinned):
+        for shape, base in tuner.candidates(self.pinned):
             drafter, budget = self.shaped(shape), self.budget(state, base)
             signature = drafter.tree_signature(state, budget)
             if signature not in built:
                 built[signature] = drafter.build(state, budget)
             trees[shape, base] = built[signature]
-        self.tuner.observe(trees, revealed)
+        tuner.observe(trees, revealed)
 
 
 METHODS: dict[str, type[Drafter]] = {}

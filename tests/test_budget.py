@@ -189,9 +189,9 @@ def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
     assert run.config["auto_budget"]
     tuner = model._budget_tuners["goose", run.head]
     assert tuner is tuner_for(model, "goose", run.head) and tuner.knobs == goose.drafters.SpineTree.shape_grid
-    assert tuner.steps == len(run.steps)
+    assert tuner.all_steps == len(run.steps)
     goose.generate(model, "abc abc abc", "goose", 10)
-    assert tuner.steps > len(run.steps)  # the same tuner carries on
+    assert tuner.all_steps > len(run.steps)  # the same tuner carries on
     assert goose.generate(model, "abc", "goose", 5, budget=8).config["auto_budget"] is False
 
 
@@ -200,11 +200,11 @@ def test_sampled_steps_teach_their_own_tuner(monkeypatch):
     monkeypatch.setattr(budget_module, "cost_table", lambda model, head="screened": {1: 0.9, 2: 1.0, 8: 1.2})
     model = tiny_llama(0)
     run = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
-    assert model._budget_tuners["goose", run.head, "sampled"].steps == len(run.steps)
+    assert model._budget_tuners["goose", run.head, "sampled"].all_steps == len(run.steps)
     assert ("goose", run.head) not in model._budget_tuners
     greedy = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20)
-    assert model._budget_tuners["goose", greedy.head].steps == len(greedy.steps)
-    assert model._budget_tuners["goose", run.head, "sampled"].steps == len(run.steps)
+    assert model._budget_tuners["goose", greedy.head].all_steps == len(greedy.steps)
+    assert model._budget_tuners["goose", run.head, "sampled"].all_steps == len(run.steps)
 
 
 @pytest.fixture
@@ -228,7 +228,7 @@ def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured
     assert measured == [model.name]
     (key,) = json.loads(path.read_text())
     assert key.startswith(f"v{budget_module.COST_FORMAT}|tiny-llama-0|cpu|torch.float32|threads=")
-    assert key.endswith("|head=screened")
+    assert key.endswith("|head=screened|linears=packed")
     monkeypatch.setattr(budget_module.torch, "get_num_threads", lambda: 97)
     cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
     assert len(measured) == 2 and len(json.loads(path.read_text())) == 2
@@ -276,3 +276,30 @@ def test_equal_trees_are_built_once_per_step():
     CountingSpineTree.builds = 0
     drafter.observe(state, tree, [], [7])
     assert CountingSpineTree.builds == 3 + 2 + 1  # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6
+
+
+def test_a_disturbed_cost_is_capped_by_the_bigger_sizes():
+    """Noise only adds time: a size measured dearer than a bigger one takes the bigger one's cost."""
+    measured = {1: 0.05, 2: 0.09, 4: 0.07, 8: 0.10, 16: 0.30, 24: 0.32, 32: 0.29}
+    assert budget_module.no_dearer_than_bigger(measured) == {1: 0.05, 2: 0.07, 4: 0.07, 8: 0.10, 16: 0.29,
+                                                              24: 0.29, 32: 0.29}
+    clean = {1: 0.05, 2: 0.06, 4: 0.08}
+    assert budget_module.no_dearer_than_bigger(clean) == clean
+
+
+def test_steps_without_a_context_match_are_tuned_apart():
+    """With a match the (always right) spine pays for a big tree; without one only useless branches are
+    left and the root alone pays. One shared pick would be a compromise; each situation gets its own."""
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (1, 4, 8, 16, 32)})
+    drafter = SpineTree(goose.GooseConfig(), tuner)
+    for step in range(60):
+        match = ContextMatch(TARGET[:20], 0.0) if step % 2 else ContextMatch()
+        state = DraftState(0, None, match, Successors(), drafter.spine_acceptance)
+        tree, _ = drafter.draft(state)
+        accepted = budget_module.accepted_length(tree, TARGET)
+        drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
+    no_match = tuner.situation("no match")
+    assert tuner.steps == no_match.steps == 30 and tuner.all_steps == 60
+    assert tuner.best()[1] >= 8
+    assert no_match.best()[1] == 1
+    assert no_match.knobs == tuner.knobs
