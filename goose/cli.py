@@ -57,7 +57,8 @@ def _bench(args: argparse.Namespace) -> int:
     summaries, meta = run_bench(settings, out_dir)
     print(format_table(summaries))
     bandwidth = ", ".join(f"{name} {value:.1f} GB/s" for name, value in meta["memory_bandwidth_gb_s"].items())
-    print(f"\nLM head of every Goose method: {meta['head_used']} ({args.head} asked); "
+    print(f"\nLM head of every Goose method: {meta['head_used']} ({args.head} asked); body linears: "
+          f"{meta['body_linears']}; "
           f"memory bandwidth measured: {bandwidth}; parameters {meta['parameter_bytes'] / 1e6:.0f} MB; "
           f"results in {out_dir}/ (runs.jsonl, summary.csv, meta.json, report.html)")
     return 0

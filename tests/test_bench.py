@@ -148,6 +148,7 @@ def test_report_is_self_contained_with_plotly_inline_once(bench_dir):
 def test_meta_records_settings_and_measured_bandwidth(bench_dir):
     meta = json.loads((bench_dir / "meta.json").read_text(encoding="utf-8"))
     assert meta["settings"]["budget"] == 8 and meta["parameter_bytes"] > 0
+    assert meta["body_linears"] == "packed"
     assert set(meta["memory_bandwidth_gb_s"]) == {"read", "copy"}
     assert all(v > 0 for v in meta["memory_bandwidth_gb_s"].values())
 

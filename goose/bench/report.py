@@ -65,6 +65,7 @@ def settings_line(meta: dict[str, Any]) -> str:
             f"({meta.get('parameter_bytes', 0) / 1e6:.0f} MB of parameters) on {meta.get('device')}, "
             f"{meta.get('threads')} threads of {meta.get('cpu_count')} CPUs, {decoding}, "
             f"{settings.get('head', 'screened')} LM head ({meta.get('head_used', 'as recorded')} used), "
+            f"body linears {meta.get('body_linears', 'stock')}, "
             f"max {settings.get('max_new_tokens')} new tokens, budget {'auto' if budget is None else budget}; "
             f"torch {meta.get('torch')}, transformers {meta.get('transformers')}; memory bandwidth {bandwidth}; "
             f"load average at start {meta.get('load_average_start')}, end {meta.get('load_average_end')}; "

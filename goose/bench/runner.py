@@ -29,6 +29,7 @@ from goose.decode import METHODS, eos_ids, generate
 from goose.head import HEAD_CHOICES, choose_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
+from goose.packed import body_linears
 from goose.trace import RunRecord, RunTotals
 
 HF_GENERATE = metrics.OUTSIDE_BASELINE  # transformers' own greedy generate: what users would otherwise run
@@ -245,6 +246,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
     meta["head_used"] = choose_head(goose_model, settings.head)  # what "auto" picked on this machine
+    meta["body_linears"] = body_linears(goose_model.model)  # every method's verification pass (goose.packed)
 
     runs: list[BenchRun] = []
     with tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress) as bar:
