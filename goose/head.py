@@ -69,6 +69,8 @@ class Screen(FullHead):
     """A head with a cheap approximate product (a screen): exact float32 rows only where asked for,
     the adjacency table's top-k from the screen, which need not be exact."""
 
+    FLAT = 8192  # candidates in one row beyond which the whole row is computed in float32
+
     def __init__(self, lm_head: torch.nn.Linear, cap: float | None) -> None:
         super().__init__(lm_head, cap)
         # rows recomputed in float32, kept on the device so that counting never waits for it
@@ -178,7 +180,6 @@ class Int8ScreenedHead(Screen):
     CHUNK = 8192  # vocabulary rows per packed block: fbgemm then reuses a block from cache across rows
     LEVELS = 63  # |k| <= 63, so the unsigned 7-bit input never saturates fbgemm's AVX2 int16 pair sums
     FLOAT_SLACK = 1e-3  # generous: the float32 errors of rotation and accumulation are ~1e-5 relative
-    FLAT = 8192  # candidates in one row beyond which the whole row is computed in float32
     ROW_BLOCK = 16  # rows screened at once for the adjacency table's top-k
 
     def __init__(self, lm_head: torch.nn.Linear, cap: float | None) -> None:
@@ -315,7 +316,6 @@ class ScreenedRows(TargetRows):
         super().__init__(head, hidden)
         approx, self.bound = head.screen(self.hidden)
         self.approx = softcap(approx, head.cap)
-        self.flat = getattr(head, "FLAT", 8192)
 
     def logits(self, i: int) -> torch.Tensor:
         return self.head.logits(self.hidden[i:i + 1])[0]
@@ -329,7 +329,7 @@ class ScreenedRows(TargetRows):
         # screened logit >= t - bound: so every candidate for the top-k (ties included) is in here.
         approx, bound = self.approx[i], self.bound[i]
         candidates = (approx >= torch.topk(approx, min(k, len(approx))).values[-1] - 2 * bound).nonzero().squeeze(1)
-        if len(candidates) > self.flat:
+        if len(candidates) > self.head.FLAT:
             return super().top(i, k)
         exact = self._exact(i, candidates)
         keep = exact >= torch.topk(exact, min(k, len(exact))).values[-1]
@@ -342,7 +342,7 @@ class ScreenedRows(TargetRows):
         noisy = self.approx[i] / temperature + noise
         margin = 2 * self.bound[i] / temperature
         candidates = (noisy >= noisy.max() - margin).nonzero().squeeze(1)
-        if len(candidates) > self.flat:
+        if len(candidates) > self.head.FLAT:
             return int((self.logits(i) / temperature + noise).argmax())
         exact = self._exact(i, candidates) / temperature + noise[candidates]
         return int(candidates[exact.argmax()])

@@ -251,3 +251,16 @@ def test_heads_here_are_the_heads_really_built():
     assert heads_here(model) == ["int8", "screened", "full"]
     model.model.get_output_embeddings().to(torch.bfloat16)
     assert heads_here(model) == ["full"]
+
+
+def test_flat_target_rows_fall_back_to_the_whole_row(monkeypatch):
+    """Past Screen.FLAT candidates a draw or a top-k computes the whole float32 row: still the same token."""
+    monkeypatch.setattr(Int8ScreenedHead, "FLAT", 0)
+    generator = torch.Generator().manual_seed(2)
+    lm_head = torch.nn.Linear(32, 500, bias=False)
+    hidden = torch.randn(3, 32, generator=generator)
+    truth, rows = FullHead(lm_head, None).target_rows(hidden), Int8ScreenedHead(lm_head, None).target_rows(hidden)
+    for seed in range(10):
+        assert rows.draw(1, 0.7, torch.Generator().manual_seed(seed)) == truth.draw(1, 0.7,
+                                                                                   torch.Generator().manual_seed(seed))
+    assert torch.equal(rows.top(2, 4)[1].sort().values, truth.top(2, 4)[1].sort().values)
