@@ -85,6 +85,13 @@ class Screen(FullHead):
         """Screened logits [n, vocab] before soft-capping."""
         return self.screen(hidden)[0]
 
+    def _recompute(self, hidden: torch.Tensor, vocab: torch.Tensor) -> torch.Tensor:
+        """Float32 logits (before soft-capping) of the pairs (hidden[j], vocabulary row vocab[j]), counted.
+        Pair by pair, each a dot product of its own: a row's logits do not depend on the other rows in
+        the call, so a tree's rows round exactly as the autoregressive step's row does."""
+        self._recomputed += len(vocab)
+        return (self.weight[vocab] * hidden).sum(1)
+
     def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(screened logits [n, vocab] before soft-capping, each row's bound [n] on their distance from the
         float32 logits)."""
@@ -244,14 +251,11 @@ class Int8ScreenedHead(Screen):
         if flat.any():
             keep = ~flat[rows]
             rows, vocab = rows[keep], vocab[keep]
-        # Pair by pair, each a dot product of its own: a row's logits do not depend on the other rows
-        # in the call, so a tree's rows round exactly as the autoregressive step's row does.
-        exact = (self.weight[vocab] * hidden[rows]).sum(1)
+        exact = self._recompute(hidden[rows], vocab)
         best = torch.full((n,), -torch.inf).scatter_reduce(0, rows, exact, "amax")
         winners = exact == best[rows]
         # the first maximum, as torch.argmax over the full row would pick it
         argmax = torch.full((n,), self.weight.shape[0]).scatter_reduce(0, rows[winners], vocab[winners], "amin")
-        self._recomputed += len(vocab)
         if flat.any():
             argmax[flat] = torch.nn.functional.linear(hidden[flat], self.weight).argmax(1)
             self._recomputed += int(flat.sum()) * self.weight.shape[0]
@@ -286,9 +290,12 @@ class TargetRows:
 
     def logits(self, i: int) -> torch.Tensor:
         """Row i's float32 logits, soft-capped as the model's."""
+        return self._every_row()[i]
+
+    def _every_row(self) -> torch.Tensor:
         if self._logits is None:
             self._logits = self.head.logits(self.hidden)
-        return self._logits[i]
+        return self._logits
 
     def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, token ids) of row i's k largest logits and every token tied with the k-th."""
@@ -303,8 +310,7 @@ class TargetRows:
 
     def adjacency_top(self, k: int) -> torch.return_types.topk:
         """Every row's top-k for the adjacency table (approximate where the head screens)."""
-        self.logits(0)
-        return torch.topk(self._logits, min(k, self.vocab_size), dim=-1)
+        return torch.topk(self._every_row(), min(k, self.vocab_size), dim=-1)
 
 
 class ScreenedRows(TargetRows):
@@ -321,8 +327,7 @@ class ScreenedRows(TargetRows):
         return self.head.logits(self.hidden[i:i + 1])[0]
 
     def _exact(self, i: int, vocab: torch.Tensor) -> torch.Tensor:
-        self.head._recomputed += len(vocab)
-        return softcap((self.head.weight[vocab] * self.hidden[i]).sum(1), self.head.cap)
+        return softcap(self.head._recompute(self.hidden[i], vocab), self.head.cap)
 
     def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         # The true k-th largest logit t >= (k-th largest screened) - bound, and a token at or above t has a
