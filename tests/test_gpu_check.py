@@ -15,12 +15,15 @@ def test_gpu_check_runs_small_on_a_cpu(monkeypatch, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
-    assert gpu_check.main(["--size", "tiny", "--device", "cpu", "--new-tokens", "6", "--prompts", "1"]) == 0
+    assert gpu_check.main(["--size", "tiny", "--device", "cpu", "--new-tokens", "6", "--prompts", "1",
+                           "--speed-model", "random"]) == 0
     lines = capsys.readouterr().out.splitlines()
     parts = [line.split()[0] for line in lines[1:]]
     heads = len(HEADS)  # every head is built on a CPU with fbgemm
     assert parts.count("lossless") == 2 * heads * 5 and all("4/4 identical" in line for line in lines
                                                               if line.startswith("lossless"))
+    invariance = [line for line in lines if line.startswith("invariance")]
+    assert len(invariance) == 2 and all(" tree rows bitwise equal" in line for line in invariance)
     assert parts.count("cost") >= 5 and parts.count("speed") == 1 + 4 * heads and parts[-1] == "total"
     speed = [line for line in lines if line.startswith("speed")]
     assert all("same tokens" in line for line in speed)
