@@ -5,8 +5,9 @@ sgemm, which is slow for the handful of rows a tree holds (measured on the embed
 cores: a 4-row pass costs twice a 1-row pass) and rounds a row differently depending on how many
 rows share the call. oneDNN with each weight reordered once for it computes the same float32
 products: 4 rows then cost what 1 row costs, 16 rows 1.7x, and every row's result is bitwise the
-same whatever else is in the batch, so a tree's rows round as the autoregressive step's single row
-does (tests/test_packed.py checks both).
+same whatever else is in the batch, so the linears round a tree's rows as they round the
+autoregressive step's single row (tests/test_packed.py checks both; attention still rounds them
+differently: docs/METHOD.md, "Exact up to float32 near-ties").
 
 The packed path is taken only inside `packed_linears()` (thread-local), which the Verifier enters:
 every method, the autoregressive baseline included, runs through it, while the same model object
