@@ -57,10 +57,12 @@ class Generation:
         self._start = time.perf_counter() if started is None else started
         self.goose_model = goose_model
         self.config, self.stop = request.config, request.stop
-        self.prompt_tokens = goose_model.encode(request.prompt)
+        text = isinstance(request.prompt, str)
+        self.prompt_tokens = goose_model.encode(request.prompt) if text else list(request.prompt)
         goose_model.check_fits(len(self.prompt_tokens), request.max_new_tokens)
         head = choose_head(goose_model, request.head)
-        self.run = RunRecord(prompt=request.prompt, method=request.method, model=goose_model.name,
+        self.run = RunRecord(prompt=request.prompt if text else goose_model.decode(self.prompt_tokens),
+                             method=request.method, model=goose_model.name,
                              config=request.config.to_dict(), sampling=request.sampling.to_dict(),
                              max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens),
                              head=head)
@@ -227,7 +229,7 @@ class Generation:
 class Request:
     """A checked generation request: everything but the model."""
 
-    prompt: str
+    prompt: str | tuple[int, ...]  # text, or token ids used as they are (no special tokens added)
     method: str
     max_new_tokens: int
     config: GooseConfig
@@ -237,10 +239,11 @@ class Request:
     head: str = "auto"
 
 
-def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128, budget: int | str | None = None, *,
-                  stop: Sequence[str] | str | None = None, temperature: float = 0.0, top_k: int = 0,
-                  top_p: float = 1.0, seed: int | None = None, config: GooseConfig | None = None,
-                  record_sources: bool = False, head: str = "auto", **overrides) -> Request:
+def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
+                  budget: int | str | None = None, *, stop: Sequence[str] | str | None = None,
+                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                  config: GooseConfig | None = None, record_sources: bool = False, head: str = "auto",
+                  **overrides) -> Request:
     """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
 
     record_sources: keep a snapshot of the sources in every step (for goose.what_if).
@@ -249,7 +252,11 @@ def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128,
     model); every method, the autoregressive baseline included, uses the one chosen."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    if not isinstance(prompt, str) or not prompt.strip():
+    if not isinstance(prompt, str):  # token ids
+        prompt = tuple(prompt) if isinstance(prompt, Sequence) else ()
+        if not all(isinstance(t, int) and t >= 0 for t in prompt):
+            raise ValueError("a prompt of token ids holds whole numbers >= 0 only")
+    if not (prompt.strip() if isinstance(prompt, str) else prompt):
         raise ValueError("the prompt is empty: give some text to continue")
     if head not in HEAD_CHOICES:
         raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEAD_CHOICES)}")
@@ -264,10 +271,11 @@ def check_request(prompt: str, method: str = "goose", max_new_tokens: int = 128,
                    resolve_stops(stop), bool(record_sources), head)
 
 
-def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
+def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
            budget: int | str | None = None, **kwargs) -> Generation:
     """Start a generation; iterate the result for its steps as they happen.
 
+    prompt: text (encoded with the tokenizer's special tokens) or token ids, used as they are.
     Keyword arguments: stop, temperature, top_k, top_p, seed, config, head, record_sources
     (snapshot each step's sources, for goose.what_if), and any GooseConfig field as an override.
     Bad input raises before any work. The run's wall time starts here.
@@ -277,7 +285,7 @@ def stream(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_
     return Generation(goose_model, request, started)
 
 
-def generate(goose_model: GooseModel, prompt: str, method: str = "goose", max_new_tokens: int = 128,
+def generate(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
              budget: int | str | None = None, **kwargs) -> RunRecord:
     """Generate to the end and return the run record."""
     generation = stream(goose_model, prompt, method, max_new_tokens, budget, **kwargs)
