@@ -2,7 +2,7 @@
 
 Two measurements decide each step's tree:
   cost(n)             seconds of one verification pass of n tree nodes on this device
-                      (measured once per model, device and thread count; cached on disk);
+                      (measured once per model, device and thread count; cached on disk: goose.costs);
   accepted(shape, n)  draft tokens the tree of that shape and base budget gets accepted,
                       learnt while decoding.
 
@@ -17,22 +17,14 @@ shape and budget with the most expected tokens per second: (1 + accepted) / cost
 
 from __future__ import annotations
 
-import bisect
-import json
-import os
-import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from goose.costs import cost_table, interpolate_cost
 from goose.tree import DraftTree
 
-# 1 is the root alone: a plain autoregressive step. Where no tree pays for its extra rows (a steep
-# cost curve, as on a CPU, and drafts that are rarely right) the tuner falls back to it rather than
-# run below the speed of plain decoding.
-BUDGET_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-COST_FORMAT = 4  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears
+if TYPE_CHECKING:
+    from goose.model import GooseModel
 
 Shape = tuple  # one value per tuned knob, in the tuner's knob order
 Key = tuple[Shape, int]  # (shape, base budget)
@@ -83,102 +75,6 @@ def expected_acceptance(tree: DraftTree, greedy: Sequence[int], mean: float) -> 
         return float(length)
     p = mean / (1.0 + mean)
     return length + p * (1.0 - p ** height_below(tree, node)) / (1.0 - p)
-
-
-def _measure_text() -> str:
-    """Text to measure verification on: this package's own source (code and English), always at hand."""
-    import inspect
-
-    import goose.tree
-    import goose.verify
-
-    return inspect.getsource(goose.tree) + inspect.getsource(goose.verify)
-
-
-def _cost_key(goose_model, threads: int, head: str) -> str:
-    from goose.packed import body_linears
-
-    weight = goose_model.model.get_input_embeddings().weight
-    return (f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
-            f"|linears={body_linears(goose_model.model)}")
-
-
-@torch.inference_mode()
-def measure_costs(goose_model, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256, repeats: int = 5,
-                  head: str = "screened") -> dict[int, float]:
-    """Median seconds of one tree verification (body + the run's LM head + top-k) per node count."""
-    from goose.head import head_for
-    from goose.verify import Verifier
-
-    verifier = Verifier(goose_model.model)
-    lm_head = head_for(goose_model, head)
-    # Real text, not random tokens: a screened head's cost depends on how confident the rows are,
-    # and random tokens make every row flat (measured, int8 head: 16 rows 384 ms on random tokens, 149 ms on
-    # text; 2 rows 169 vs 77 ms).
-    text = goose_model.encode(_measure_text())
-    while len(text) < prefix + max(sizes):
-        text = text + text
-    verifier.forward_chain(text[:prefix])
-    verifier.truncate(prefix)
-    costs = {}
-    for n in [sizes[0], *sizes]:  # the first size twice: the first pass warms up
-        chain = text[prefix:prefix + n]
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            lm_head.greedy(verifier.forward_chain(chain), 10)
-            if goose_model.model.device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-            verifier.truncate(prefix)  # the same prefix for every measurement
-        costs[n] = sorted(times)[len(times) // 2]
-    return costs
-
-
-def no_dearer_than_bigger(costs: Mapping[int, float]) -> dict[int, float]:
-    """Each size's cost capped by every bigger size's: a pass of fewer rows does less work, and noise on a
-    shared machine only ever adds time, so a size measured dearer than a bigger one was disturbed
-    (measured: a 24-node pass at 323 ms beside 290 ms for 32 nodes)."""
-    capped, cheapest = {}, float("inf")
-    for n in sorted(costs, reverse=True):
-        cheapest = capped[n] = min(costs[n], cheapest)
-    return dict(sorted(capped.items()))
-
-
-def cost_table(goose_model, cache_file: str | os.PathLike | None = None, head: str = "screened") -> dict[int, float]:
-    """This device's verification cost per node count with the given LM head, measured on first use and cached."""
-    from goose.model import cache_dir
-
-    path = cache_file or cache_dir() / "verify-costs.json"
-    key = _cost_key(goose_model, torch.get_num_threads(), head)
-    try:
-        table = json.loads(open(path).read())
-    except (OSError, ValueError):
-        table = {}
-    if key not in table:
-        table[key] = {str(n): c for n, c in measure_costs(goose_model, head=head).items()}
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        staging = f"{path}.{os.getpid()}.tmp"  # several processes may measure at once: replace atomically
-        with open(staging, "w") as file:
-            json.dump(table, file, indent=1)
-        os.replace(staging, path)
-    return no_dearer_than_bigger({int(n): c for n, c in table[key].items()})
-
-
-def interpolate_cost(costs: Mapping[int, float], size: int) -> float:
-    """Cost of a `size`-node pass from the measured grid: linear between grid points, the
-    smallest cost below the grid, the last segment's slope (never falling) above it."""
-    sizes = sorted(costs)
-    if size <= sizes[0]:
-        return costs[sizes[0]]
-    if size >= sizes[-1]:
-        if len(sizes) == 1:
-            return costs[sizes[0]] * size / sizes[0]
-        low, high = sizes[-2], sizes[-1]
-        return costs[high] + max(0.0, (costs[high] - costs[low]) / (high - low)) * (size - high)
-    i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
-    low, high = sizes[i - 1], sizes[i]
-    return costs[low] + (costs[high] - costs[low]) * (size - low) / (high - low)
 
 
 class _Estimate:
@@ -315,11 +211,11 @@ class BudgetTuner:
                             interpolate_cost(self.costs, len(tree)), self.decay)
 
 
-def tuner_for(goose_model, method: str, head: str = "screened", sampled: bool = False) -> BudgetTuner:
+def tuner_for(goose_model: GooseModel, method: str, head: str = "screened", sampled: bool = False) -> BudgetTuner:
     """One tuner per model, method and LM head (the head changes what a node costs), kept on the model so
     acceptance carries across runs; sampling has its own (its draws are accepted less often than the
     argmax): key (method, head), or (method, head, "sampled")."""
-    tuners: dict[tuple, BudgetTuner] = goose_model.__dict__.setdefault("_budget_tuners", {})
+    tuners = goose_model.cache.tuners
     key = (method, head, "sampled") if sampled else (method, head)
     if key not in tuners:
         tuners[key] = BudgetTuner(cost_table(goose_model, head=head))

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import torch
 
 from goose import metrics
-from goose.budget import cost_table, tuner_for
+from goose.budget import tuner_for
 from goose.config import GooseConfig
+from goose.costs import choose_head, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.head import HEAD_CHOICES, choose_head, head_for
+from goose.head import HEAD_CHOICES, head_for
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot

@@ -22,16 +22,19 @@ idea with a different error bound, in Int8ScreenedHead.
 
 from __future__ import annotations
 
-import time
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from goose.model import GooseModel
 
 BF16_EPS = 2.0 ** -8   # relative rounding of a bf16 value
 FP32_EPS = 2.0 ** -24
 SCREEN_WIDTH = 16  # bf16 top-k searched for candidates before a full scan
 HEADS = ("int8", "screened", "full")  # exact through an int8 or a bf16 screen, or the textbook float32 head
-HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster on this device
+HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster here (goose.costs.choose_head)
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -367,7 +370,7 @@ def heads_built(lm_head: torch.nn.Module) -> list[str]:
             if kind == "full" or (plain and (kind != "int8" or Int8ScreenedHead.available(lm_head)))]
 
 
-def make_head(model, kind: str = "screened") -> FullHead:
+def make_head(model: torch.nn.Module, kind: str = "screened") -> FullHead:
     """The head `kind` where it is built for this model (heads_built), else the full one."""
     if kind not in HEADS:
         raise ValueError(f"unknown head {kind!r}; choose one of {', '.join(HEADS)}")
@@ -377,64 +380,15 @@ def make_head(model, kind: str = "screened") -> FullHead:
     return HEAD_CLASSES[kind if kind in heads_built(lm_head) else "full"](lm_head, cap)
 
 
-def head_for(goose_model, kind: str = "screened") -> FullHead:
+def head_for(goose_model: GooseModel, kind: str = "screened") -> FullHead:
     """One head of each kind per model, built on first use and kept on the model: the screened head's
     bfloat16 weight copy and norms cost about a second on the embedded model, once rather than per call."""
-    heads = goose_model.__dict__.setdefault("_heads", {})
+    heads = goose_model.cache.heads
     if kind not in heads:
         heads[kind] = make_head(goose_model.model, kind)
     return heads[kind]
 
 
-def choose_head(goose_model, kind: str = "auto") -> str:
-    """The head a run applies: `kind` itself, or for "auto" the fastest exact head on this device, timed
-    once per model on 16 rows. The bf16 screen pays where bfloat16 products are fast (AVX-512 BF16, AMX,
-    GPUs); on a plain AVX2 CPU bf16 is emulated and the int8 screen is the fast one."""
-    if kind not in HEAD_CHOICES:
-        raise ValueError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_CHOICES)}")
-    if kind != "auto":
-        return kind
-    if "_head_choice" not in goose_model.__dict__:
-        goose_model.__dict__["_head_choice"] = _faster_head(goose_model)
-    return goose_model.__dict__["_head_choice"]
-
-
-def heads_here(goose_model) -> list[str]:
+def heads_here(goose_model: GooseModel) -> list[str]:
     """The heads really built for this model on its device (gpu_check and auto time only these)."""
     return heads_built(goose_model.model.get_output_embeddings())
-
-
-def _contenders(goose_model) -> list[str]:
-    """The heads worth timing here: those built on this device, bf16 on a CPU only where it is not emulated."""
-    device = goose_model.model.get_output_embeddings().weight.device
-    emulated_bf16 = device.type == "cpu" and not torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
-    return [kind for kind in heads_here(goose_model) if not (kind == "screened" and emulated_bf16)]
-
-
-@torch.inference_mode()
-def _faster_head(goose_model, rows: int = 16, repeats: int = 3) -> str:
-    weight = goose_model.model.get_output_embeddings().weight
-    # Hidden states that point at a vocabulary row, as a confident prediction does (random ones would
-    # give every screen a flat row, unlike real text).
-    picks = torch.randint(0, weight.shape[0], (rows,), generator=torch.Generator().manual_seed(0))
-    hidden = weight[picks.to(weight.device)].float()
-    hidden = hidden * (20 / hidden.norm(dim=1, keepdim=True).square().clamp_min(1e-12))
-    seconds = {}
-    kinds = _contenders(goose_model)
-    for kind in kinds:
-        head = head_for(goose_model, kind)
-        head.greedy(hidden, 10)  # warm-up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            head.greedy(hidden, 10)
-            if weight.device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        seconds[kind] = sorted(times)[len(times) // 2]
-    chosen = min(kinds, key=seconds.__getitem__)
-    heads = goose_model.__dict__["_heads"]
-    for kind in kinds:  # the losers' weight copies are memory nobody will use
-        if kind not in (chosen, "full"):
-            heads.pop(kind, None)
-    return chosen

@@ -11,8 +11,9 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -30,12 +31,30 @@ class ModelLoadError(RuntimeError):
 
 
 @dataclass
+class ModelCache:
+    """What is built or measured once per model and kept with it, filled in on first use by its owner.
+
+    heads:       LM head kind -> the head built for this model (goose.head.head_for; a goose.head.FullHead)
+    head_choice: the head "auto" runs on this device, timed once (goose.costs.choose_head); None until then
+    tuners:      (method, head) or (method, head, "sampled") -> the goose.budget.BudgetTuner of such runs,
+                 which keeps learning across runs (goose.budget.tuner_for)
+
+    The values' classes live above this module (they import it), so they are named here, not imported.
+    """
+
+    heads: dict[str, Any] = field(default_factory=dict)
+    head_choice: str | None = None
+    tuners: dict[tuple[str, ...], Any] = field(default_factory=dict)
+
+
+@dataclass
 class GooseModel:
-    """A target model and its tokenizer, with the few helpers the decoder needs."""
+    """A target model and its tokenizer, with the few helpers the decoder needs, and what is kept per model."""
 
     model: torch.nn.Module
     tokenizer: object
     name: str
+    cache: ModelCache = field(default_factory=ModelCache, repr=False, compare=False)
 
     def __iter__(self):  # `model, tokenizer = goose.load_model()`
         return iter((self.model, self.tokenizer))

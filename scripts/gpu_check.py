@@ -42,7 +42,7 @@ from tiny import tiny_gemma3, tiny_llama  # noqa: E402  (the test suite's tiny m
 import goose  # noqa: E402
 from goose import metrics  # noqa: E402
 from goose.bench import HF_GENERATE, BenchPrompt, BenchRun, load_suite, run_one  # noqa: E402
-from goose.budget import cost_table  # noqa: E402
+from goose.costs import cost_table  # noqa: E402
 from goose.head import heads_here  # noqa: E402
 from goose.tree import BRANCH, DraftTree  # noqa: E402
 from goose.verify import Verifier  # noqa: E402

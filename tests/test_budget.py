@@ -1,16 +1,14 @@
-"""The tuner of budget and shape (goose.budget): what it picks, what it learns, and the cost table it reads."""
+"""The tuner of budget and shape (goose.budget): what it picks and what it learns (the costs it reads: test_costs)."""
 
 from __future__ import annotations
-
-import json
-import os
 
 import pytest
 from tiny import tiny_llama
 
 import goose
 from goose import budget as budget_module
-from goose.budget import BudgetTuner, cost_table, expected_acceptance, height_below, interpolate_cost, tuner_for
+from goose.budget import BudgetTuner, expected_acceptance, height_below, tuner_for
+from goose.costs import interpolate_cost
 from goose.drafters import DraftState, SpineTree
 from goose.sources import ContextMatch
 from goose.tree import DraftTree
@@ -58,10 +56,6 @@ def test_where_no_tree_pays_the_tuner_falls_back_to_the_root_alone():
     assert tuner.best()[1] > 1
 
 
-def test_the_cost_grid_holds_the_autoregressive_step():
-    assert budget_module.BUDGET_GRID[0] == 1
-
-
 def test_before_any_step_the_prior_prefers_what_is_cheap_for_its_few_tokens():
     tuner = BudgetTuner({2: 1.0, 16: 1.1})
     assert tuner.best() == ((), 16)  # (1 + 0.4 * 3) / 1.1 > (1 + 0.17) / 1.0
@@ -83,14 +77,6 @@ def test_cost_follows_the_trees_really_built_not_their_budget():
     tuner.observe({((), 2): chain(1), ((), 64): chain(1, 2)}, TARGET[:2])  # a 3-node tree under budget 64
     assert tuner.estimates[(), 64].cost == pytest.approx(interpolate_cost(tuner.costs, 3))
     assert tuner.estimates[(), 64].cost < 5.0 / 4
-
-
-def test_interpolated_cost_between_below_and_above_the_grid():
-    costs = {2: 1.0, 4: 2.0, 8: 3.0}
-    assert interpolate_cost(costs, 3) == pytest.approx(1.5)
-    assert interpolate_cost(costs, 1) == 1.0
-    assert interpolate_cost(costs, 16) == pytest.approx(5.0)  # last slope carried on
-    assert interpolate_cost({2: 1.0, 4: 0.5}, 8) == 0.5  # a noisy table never makes bigger trees cheaper
 
 
 def test_a_walk_ending_inside_the_revealed_continuation_or_at_a_leaf_is_exact():
@@ -187,7 +173,7 @@ def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
     model = tiny_llama(0)
     run = goose.generate(model, "the cat sat on the mat. the cat sat on the", "goose", 30)
     assert run.config["auto_budget"]
-    tuner = model._budget_tuners["goose", run.head]
+    tuner = model.cache.tuners["goose", run.head]
     assert tuner is tuner_for(model, "goose", run.head) and tuner.knobs == goose.drafters.SpineTree.shape_grid
     assert tuner.all_steps == len(run.steps)
     goose.generate(model, "abc abc abc", "goose", 10)
@@ -200,48 +186,11 @@ def test_sampled_steps_teach_their_own_tuner(monkeypatch):
     monkeypatch.setattr(budget_module, "cost_table", lambda model, head="screened": {1: 0.9, 2: 1.0, 8: 1.2})
     model = tiny_llama(0)
     run = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20, temperature=0.8, seed=1)
-    assert model._budget_tuners["goose", run.head, "sampled"].all_steps == len(run.steps)
-    assert ("goose", run.head) not in model._budget_tuners
+    assert model.cache.tuners["goose", run.head, "sampled"].all_steps == len(run.steps)
+    assert ("goose", run.head) not in model.cache.tuners
     greedy = goose.generate(model, "the cat sat on the mat. the cat", "goose", 20)
-    assert model._budget_tuners["goose", greedy.head].all_steps == len(greedy.steps)
-    assert model._budget_tuners["goose", run.head, "sampled"].all_steps == len(run.steps)
-
-
-@pytest.fixture
-def measured(monkeypatch):
-    """measure_costs replaced by a counter, so the cache logic is tested without timing anything."""
-    calls = []
-
-    def fake_measure(goose_model, head="screened"):
-        calls.append(goose_model.name)
-        return {2: 0.01, 4: 0.02}
-
-    monkeypatch.setattr(budget_module, "measure_costs", fake_measure)
-    return calls
-
-
-def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured, monkeypatch):
-    path = tmp_path / "deep" / "costs.json"
-    model = tiny_llama(0)
-    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
-    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
-    assert measured == [model.name]
-    (key,) = json.loads(path.read_text())
-    assert key.startswith(f"v{budget_module.COST_FORMAT}|tiny-llama-0|cpu|torch.float32|threads=")
-    assert key.endswith("|head=screened|linears=packed")
-    monkeypatch.setattr(budget_module.torch, "get_num_threads", lambda: 97)
-    cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
-    assert len(measured) == 2 and len(json.loads(path.read_text())) == 2
-    cost_table(model, path, head="full")  # the full head makes every node dearer: its own entry
-    assert len(measured) == 3 and len(json.loads(path.read_text())) == 3
-    assert os.listdir(path.parent) == ["costs.json"]  # written through a staging file, nothing left behind
-
-
-def test_a_corrupt_cost_cache_is_measured_again_and_replaced_whole(tmp_path, measured):
-    path = tmp_path / "costs.json"
-    path.write_text("{not json")
-    assert cost_table(tiny_llama(0), path) == {2: 0.01, 4: 0.02}
-    assert measured and len(json.loads(path.read_text())) == 1
+    assert model.cache.tuners["goose", greedy.head].all_steps == len(greedy.steps)
+    assert model.cache.tuners["goose", run.head, "sampled"].all_steps == len(run.steps)
 
 
 def test_a_shape_knob_set_by_the_caller_is_kept():
@@ -276,15 +225,6 @@ def test_equal_trees_are_built_once_per_step():
     CountingSpineTree.builds = 0
     drafter.observe(state, tree, [], [7])
     assert CountingSpineTree.builds == 3 + 2 + 1  # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6
-
-
-def test_a_disturbed_cost_is_capped_by_the_bigger_sizes():
-    """Noise only adds time: a size measured dearer than a bigger one takes the bigger one's cost."""
-    measured = {1: 0.05, 2: 0.09, 4: 0.07, 8: 0.10, 16: 0.30, 24: 0.32, 32: 0.29}
-    assert budget_module.no_dearer_than_bigger(measured) == {1: 0.05, 2: 0.07, 4: 0.07, 8: 0.10, 16: 0.29,
-                                                              24: 0.29, 32: 0.29}
-    clean = {1: 0.05, 2: 0.06, 4: 0.08}
-    assert budget_module.no_dearer_than_bigger(clean) == clean
 
 
 def test_steps_without_a_context_match_are_tuned_apart():

@@ -90,7 +90,7 @@ def test_the_default_auto_budget_and_shape_are_lossless(name):
             run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS)
             assert run.tokens == reference(name, prompt), (method, prompt)
             assert all(len(step.nodes) <= step.budget for step in run.steps)
-    tuners = model(name)._budget_tuners
+    tuners = model(name).cache.tuners
     assert {method for method, _ in tuners} == set(SPECULATIVE)
     assert all(tuner.all_steps > 0 for tuner in tuners.values())
 

@@ -25,8 +25,9 @@ from goose.bench.records import BenchRun, append_runs, load_runs
 from goose.bench.report import write_report
 from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
+from goose.costs import choose_head
 from goose.decode import METHODS, eos_ids, generate
-from goose.head import HEAD_CHOICES, choose_head
+from goose.head import HEAD_CHOICES
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.packed import body_linears

@@ -1,0 +1,168 @@
+"""What things cost on this device, measured once and kept (issue: speed).
+
+  choose_head   the fastest exact LM head, timed once per model;
+  cost_table    seconds of one verification pass per tree size (body + LM head + top-k), measured once per
+                model, device, thread count, head and kind of body linears, and cached on disk;
+  interpolate_cost  the cost of any tree size read off such a table: the one definition, for the budget tuner
+                and the what-if estimates alike.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+
+import goose.tree
+import goose.verify
+from goose.head import HEAD_CHOICES, head_for, heads_here
+from goose.model import GooseModel, cache_dir
+from goose.packed import body_linears
+from goose.verify import Verifier
+
+# 1 is the root alone: a plain autoregressive step. Where no tree pays for its extra rows (a steep
+# cost curve, as on a CPU, and drafts that are rarely right) the tuner falls back to it rather than
+# run below the speed of plain decoding.
+BUDGET_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+COST_FORMAT = 4  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears
+
+
+def median_seconds(call: Callable[[], object], repeats: int, device: torch.device,
+                   after: Callable[[], object] | None = None) -> float:
+    """Median wall time of `repeats` calls on `device` (waiting for its kernels on a GPU); `after`, when given,
+    runs untimed after each call (to restore the state the next one starts from)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if after is not None:
+            after()
+    return sorted(times)[len(times) // 2]
+
+
+def choose_head(goose_model: GooseModel, kind: str = "auto") -> str:
+    """The head a run applies: `kind` itself, or for "auto" the fastest exact head on this device, timed
+    once per model on 16 rows. The bf16 screen pays where bfloat16 products are fast (AVX-512 BF16, AMX,
+    GPUs); on a plain AVX2 CPU bf16 is emulated and the int8 screen is the fast one."""
+    if kind not in HEAD_CHOICES:
+        raise ValueError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_CHOICES)}")
+    if kind != "auto":
+        return kind
+    if goose_model.cache.head_choice is None:
+        goose_model.cache.head_choice = _faster_head(goose_model)
+    return goose_model.cache.head_choice
+
+
+def _contenders(goose_model: GooseModel) -> list[str]:
+    """The heads worth timing here: those built on this device, bf16 on a CPU only where it is not emulated."""
+    device = goose_model.model.get_output_embeddings().weight.device
+    emulated_bf16 = device.type == "cpu" and not torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
+    return [kind for kind in heads_here(goose_model) if not (kind == "screened" and emulated_bf16)]
+
+
+@torch.inference_mode()
+def _faster_head(goose_model: GooseModel, rows: int = 16, repeats: int = 3) -> str:
+    weight = goose_model.model.get_output_embeddings().weight
+    # Hidden states that point at a vocabulary row, as a confident prediction does (random ones would
+    # give every screen a flat row, unlike real text).
+    picks = torch.randint(0, weight.shape[0], (rows,), generator=torch.Generator().manual_seed(0))
+    hidden = weight[picks.to(weight.device)].float()
+    hidden = hidden * (20 / hidden.norm(dim=1, keepdim=True).square().clamp_min(1e-12))
+    seconds = {}
+    kinds = _contenders(goose_model)
+    for kind in kinds:
+        head = head_for(goose_model, kind)
+        head.greedy(hidden, 10)  # warm-up
+        seconds[kind] = median_seconds(lambda: head.greedy(hidden, 10), repeats, weight.device)  # noqa: B023
+    chosen = min(kinds, key=seconds.__getitem__)
+    for kind in kinds:  # the losers' weight copies are memory nobody will use
+        if kind not in (chosen, "full"):
+            goose_model.cache.heads.pop(kind, None)
+    return chosen
+
+
+def _measure_text() -> str:
+    """Text to measure verification on: this package's own source (code and English), always at hand."""
+    return inspect.getsource(goose.tree) + inspect.getsource(goose.verify)
+
+
+def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
+    weight = goose_model.model.get_input_embeddings().weight
+    return (f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
+            f"|linears={body_linears(goose_model.model)}")
+
+
+@torch.inference_mode()
+def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256,
+                  repeats: int = 5, head: str = "screened") -> dict[int, float]:
+    """Median seconds of one tree verification (body + the run's LM head + top-k) per node count."""
+    verifier = Verifier(goose_model.model)
+    lm_head = head_for(goose_model, head)
+    # Real text, not random tokens: a screened head's cost depends on how confident the rows are,
+    # and random tokens make every row flat (measured, int8 head: 16 rows 384 ms on random tokens, 149 ms on
+    # text; 2 rows 169 vs 77 ms).
+    text = goose_model.encode(_measure_text())
+    while len(text) < prefix + max(sizes):
+        text = text + text
+    verifier.forward_chain(text[:prefix])
+    verifier.truncate(prefix)
+    costs = {}
+    for n in [sizes[0], *sizes]:  # the first size twice: the first pass warms up
+        chain = text[prefix:prefix + n]
+        costs[n] = median_seconds(lambda: lm_head.greedy(verifier.forward_chain(chain), 10),  # noqa: B023
+                                  repeats, goose_model.model.device,
+                                  after=lambda: verifier.truncate(prefix))  # the same prefix for every measurement
+    return costs
+
+
+def no_dearer_than_bigger(costs: Mapping[int, float]) -> dict[int, float]:
+    """Each size's cost capped by every bigger size's: a pass of fewer rows does less work, and noise on a
+    shared machine only ever adds time, so a size measured dearer than a bigger one was disturbed
+    (measured: a 24-node pass at 323 ms beside 290 ms for 32 nodes)."""
+    capped, cheapest = {}, float("inf")
+    for n in sorted(costs, reverse=True):
+        cheapest = capped[n] = min(costs[n], cheapest)
+    return dict(sorted(capped.items()))
+
+
+def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = None,
+               head: str = "screened") -> dict[int, float]:
+    """This device's verification cost per node count with the given LM head, measured on first use and cached."""
+    path = cache_file or cache_dir() / "verify-costs.json"
+    key = _cost_key(goose_model, torch.get_num_threads(), head)
+    try:
+        table = json.loads(open(path).read())
+    except (OSError, ValueError):
+        table = {}
+    if key not in table:
+        table[key] = {str(n): c for n, c in measure_costs(goose_model, head=head).items()}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        staging = f"{path}.{os.getpid()}.tmp"  # several processes may measure at once: replace atomically
+        with open(staging, "w") as file:
+            json.dump(table, file, indent=1)
+        os.replace(staging, path)
+    return no_dearer_than_bigger({int(n): c for n, c in table[key].items()})
+
+
+def interpolate_cost(costs: Mapping[int, float], size: int) -> float:
+    """Cost of a `size`-node pass from the measured grid: linear between grid points, the
+    smallest cost below the grid, the last segment's slope (never falling) above it."""
+    sizes = sorted(costs)
+    if size <= sizes[0]:
+        return costs[sizes[0]]
+    if size >= sizes[-1]:
+        if len(sizes) == 1:
+            return costs[sizes[0]] * size / sizes[0]
+        low, high = sizes[-2], sizes[-1]
+        return costs[high] + max(0.0, (costs[high] - costs[low]) / (high - low)) * (size - high)
+    i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
+    low, high = sizes[i - 1], sizes[i]
+    return costs[low] + (costs[high] - costs[low]) * (size - low) / (high - low)

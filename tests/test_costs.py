@@ -1,0 +1,82 @@
+"""This device's costs (goose.costs): the verification cost table, measured once and cached, and read between
+its sizes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import torch
+from tiny import tiny_llama
+
+from goose import costs as costs_module
+from goose.costs import cost_table, interpolate_cost
+
+
+def test_the_cost_grid_holds_the_autoregressive_step():
+    assert costs_module.BUDGET_GRID[0] == 1
+
+
+def test_interpolated_cost_between_below_and_above_the_grid():
+    costs = {2: 1.0, 4: 2.0, 8: 3.0}
+    assert interpolate_cost(costs, 3) == pytest.approx(1.5)
+    assert interpolate_cost(costs, 1) == 1.0
+    assert interpolate_cost(costs, 16) == pytest.approx(5.0)  # last slope carried on
+    assert interpolate_cost({2: 1.0, 4: 0.5}, 8) == 0.5  # a noisy table never makes bigger trees cheaper
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """measure_costs replaced by a counter, so the cache logic is tested without timing anything."""
+    calls = []
+
+    def fake_measure(goose_model, head="screened"):
+        calls.append(goose_model.name)
+        return {2: 0.01, 4: 0.02}
+
+    monkeypatch.setattr(costs_module, "measure_costs", fake_measure)
+    return calls
+
+
+def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured, monkeypatch):
+    path = tmp_path / "deep" / "costs.json"
+    model = tiny_llama(0)
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    assert measured == [model.name]
+    (key,) = json.loads(path.read_text())
+    assert key.startswith(f"v{costs_module.COST_FORMAT}|tiny-llama-0|cpu|torch.float32|threads=")
+    assert key.endswith("|head=screened|linears=packed")
+    monkeypatch.setattr(costs_module.torch, "get_num_threads", lambda: 97)
+    cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
+    assert len(measured) == 2 and len(json.loads(path.read_text())) == 2
+    cost_table(model, path, head="full")  # the full head makes every node dearer: its own entry
+    assert len(measured) == 3 and len(json.loads(path.read_text())) == 3
+    assert os.listdir(path.parent) == ["costs.json"]  # written through a staging file, nothing left behind
+
+
+def test_a_corrupt_cost_cache_is_measured_again_and_replaced_whole(tmp_path, measured):
+    path = tmp_path / "costs.json"
+    path.write_text("{not json")
+    assert cost_table(tiny_llama(0), path) == {2: 0.01, 4: 0.02}
+    assert measured and len(json.loads(path.read_text())) == 1
+
+
+def test_a_disturbed_cost_is_capped_by_the_bigger_sizes():
+    """Noise only adds time: a size measured dearer than a bigger one takes the bigger one's cost."""
+    measured = {1: 0.05, 2: 0.09, 4: 0.07, 8: 0.10, 16: 0.30, 24: 0.32, 32: 0.29}
+    assert costs_module.no_dearer_than_bigger(measured) == {1: 0.05, 2: 0.07, 4: 0.07, 8: 0.10, 16: 0.29,
+                                                             24: 0.29, 32: 0.29}
+    clean = {1: 0.05, 2: 0.06, 4: 0.08}
+    assert costs_module.no_dearer_than_bigger(clean) == clean
+
+
+def test_median_seconds_times_the_call_only():
+    """The median of the repeats, each timing only the call: `after` (restoring state) runs outside the clock."""
+    pauses = iter([0.03, 0.0, 0.01])
+    after = []
+    seconds = costs_module.median_seconds(lambda: time.sleep(next(pauses)), 3, torch.device("cpu"),
+                                          after=lambda: after.append(time.sleep(0.05)))
+    assert 0.01 <= seconds < 0.03 and len(after) == 3
