@@ -38,11 +38,11 @@ def token_times(run: RunRecord) -> list[float]:
     if not run.tokens:
         return []
     totals = run.totals
-    timed = sum(step.draft_s + step.verify_s for step in run.steps)
+    timed = sum(step.seconds for step in run.steps)
     stretch = (totals.wall_s - totals.prefill_s) / timed if timed > 0 else 0.0
     times = [totals.prefill_s]
     clock = totals.prefill_s
     for step in run.steps:
-        clock += (step.draft_s + step.verify_s) * stretch
+        clock += step.seconds * stretch
         times.extend([clock] * len(step.committed))
     return times[:len(run.tokens)]

@@ -105,12 +105,13 @@ class Generation:
             tree, budget = self.drafter.draft(state)
             t1 = time.perf_counter()
             verification = self._verify(tree)
+            t2 = time.perf_counter()
             new_tokens = verification.new_tokens(tree)
             before = len(self.run.tokens)
             done = self._commit(new_tokens, tree, verification)
             self._observe(state, tree, verification)
-            t2 = time.perf_counter()
-            step = self._record(tree, verification, self.run.tokens[before:], t1 - t0, t2 - t1, budget)
+            t3 = time.perf_counter()
+            step = self._record(tree, verification, self.run.tokens[before:], t1 - t0, t2 - t1, t3 - t2, budget)
             self.run.steps.append(step)
             self._clock()
             yield step
@@ -206,7 +207,7 @@ class Generation:
         totals.tokens_per_s = metrics.tokens_per_s(totals)
 
     def _record(self, tree: DraftTree, verification: Verification, committed: list[int], draft_s: float,
-                verify_s: float, budget: int) -> StepRecord:
+                verify_s: float, observe_s: float, budget: int) -> StepRecord:
         """The step as the trace keeps it: every node with its text, source, status and the target's choice."""
         texts = self.goose_model.token_texts(tree.tokens + [verification.bonus])
         nodes = []
@@ -223,7 +224,8 @@ class Generation:
             self.run.token_texts.update(zip(unknown, self.goose_model.token_texts(unknown)))
         return StepRecord(index=len(self.run.steps), nodes=nodes, accepted=verification.accepted,
                           bonus_token=verification.bonus, bonus_text=texts[-1], committed=committed,
-                          draft_s=draft_s, verify_s=verify_s, budget=budget, snapshot=self._snapshot)
+                          draft_s=draft_s, verify_s=verify_s, observe_s=observe_s, budget=budget,
+                          snapshot=self._snapshot)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ the sources it was drafted from (goose.snapshot). A run is a prompt, a method,
 its steps and its totals. Both round-trip through JSON.
 
 Format 2 added the snapshots, the texts of the tokens they mention and the
-verification cost table; format 1 traces still load (without them).
+verification cost table; format 3 split a step's time after drafting into
+verify_s (the forward pass and the walk) and observe_s (the rest). Formats 1
+and 2 still load (without them; their verify_s holds all of the step after
+drafting, observe_s 0).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 
 from goose.snapshot import RowPool, Snapshot
 
-TRACE_FORMAT = "goose-trace/2"
-READABLE_FORMATS = ("goose-trace/1", TRACE_FORMAT)
+TRACE_FORMAT = "goose-trace/3"
+READABLE_FORMATS = ("goose-trace/1", "goose-trace/2", TRACE_FORMAT)
 
 
 @dataclass
@@ -50,7 +53,11 @@ class NodeRecord:
 @dataclass
 class StepRecord:
     """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings;
-    `snapshot` (when recorded): the sources the tree was built from."""
+    `snapshot` (when recorded): the sources the tree was built from.
+
+    Timings: draft_s builds the tree; verify_s is its forward pass and the walk along it; observe_s
+    the rest of the step: committing the tokens, the drafter's (and tuner's) learning and the
+    adjacency refresh (0 in traces before format 3, whose verify_s holds it)."""
 
     index: int
     nodes: list[NodeRecord]
@@ -61,12 +68,18 @@ class StepRecord:
     draft_s: float
     verify_s: float
     budget: int
+    observe_s: float = 0.0
     snapshot: Snapshot | None = None
 
     @property
     def accepted_length(self) -> int:
         """Draft tokens accepted this step (the bonus token not counted)."""
         return len(self.accepted)
+
+    @property
+    def seconds(self) -> float:
+        """The step's own time: drafting, verification and observation."""
+        return self.draft_s + self.verify_s + self.observe_s
 
     @property
     def path(self) -> list[int]:
@@ -101,11 +114,11 @@ class RunTotals:
     prefill (encoding, head, verifier, tables), prefill_s the prompt's forward pass."""
 
     new_tokens: int = 0
-    forward_passes: int = 0
-    tau: float = 0.0
+    forward_passes: int | None = 0  # None where the passes were not counted
+    tau: float | None = 0.0  # None without counted passes (goose.metrics.tau)
     tokens_per_s: float = 0.0
     wall_s: float = 0.0
-    prefill_s: float = 0.0
+    prefill_s: float | None = 0.0  # None where the prefill is not timed apart (transformers' generate)
     setup_s: float = 0.0
     drafted: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)

@@ -82,3 +82,18 @@ def test_cli_generate_from_a_local_folder(tmp_path):
     assert plain.returncode == 0 and "forward passes" in plain.stderr and "tau" in plain.stderr
     bad = subprocess.run(command[:-1] + ["0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "budget must be" in bad.stderr
+
+
+def test_step_times_split_the_verification_from_the_bookkeeping_after_it(tiny):
+    """verify_s is the tree's pass and walk, observe_s the commit and learning after it; a trace written before
+    the split (format 2: all of it in verify_s) loads with observe_s 0 and the same step time."""
+    run = goose.generate(tiny, "abcabcabc", method="goose", max_new_tokens=8, budget=6)
+    assert all(step.verify_s > 0 and step.observe_s > 0 for step in run.steps)
+    assert all(step.seconds == step.draft_s + step.verify_s + step.observe_s for step in run.steps)
+    data = run.to_dict()
+    data["format"] = "goose-trace/2"
+    for step in data["steps"]:
+        step["verify_s"] += step.pop("observe_s")
+    old = RunRecord.from_dict(data)
+    assert [step.observe_s for step in old.steps] == [0.0] * len(run.steps)
+    assert [step.seconds for step in old.steps] == pytest.approx([step.seconds for step in run.steps])
