@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from goose.config import GooseConfig
-from goose.drafters import METHODS, DraftState
+from goose.drafters import METHODS, Balanced, DraftState, Recycling, SpineTree
 from goose.sources import AdjacencyTable, ContextMatch
 
 SNAPSHOT_FORMAT = 1
@@ -171,9 +171,9 @@ def _grid(config: GooseConfig) -> list[tuple[str, GooseConfig]]:
     trees = []
     for use_bigram in bigram:
         base = config.with_overrides(use_bigram=use_bigram)
-        trees.append(("recycling", base))
-        trees.extend(("balanced", base.with_overrides(branching=k)) for k in GRID_BRANCHING)
-        trees.extend(("goose", base.with_overrides(spine_share=share, spine_branch_share=rho))
+        trees.append((Recycling.name, base))
+        trees.extend((Balanced.name, base.with_overrides(branching=k)) for k in GRID_BRANCHING)
+        trees.extend((SpineTree.name, base.with_overrides(spine_share=share, spine_branch_share=rho))
                      for share in GRID_SPINE_SHARES for rho in GRID_RHOS)
     return trees
 

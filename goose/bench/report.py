@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from goose import charts
 from goose.bench.records import BenchRun
 from goose.bench.summary import SUMMARY_HEADER, category_speedups, summary_rows
+from goose.drafters import Balanced, SpineTree
 from goose.metrics import MethodMetrics
 from goose.trace import RunRecord
 from goose.whatif import agreement, sweep
@@ -85,7 +86,7 @@ DEFINITIONS = ("tau = new tokens / target forward passes (prefill counted); spee
 def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetrics], meta: dict[str, Any]) -> str:
     """The curves goose.whatif draws from the snapshot runs, and their agreement with the real runs."""
     settings = meta.get("settings", {})
-    real_tau = {s.method: s.tau for s in summaries if s.tau is not None and s.method in ("goose", "balanced")}
+    real_tau = {s.method: s.tau for s in summaries if s.tau is not None and s.method in (SpineTree.name, Balanced.name)}
     table = _table(["method", "budget", "counterfactual tau", "real tau", "difference", "exact steps"],
                    agreement(traces, real_tau, settings.get("budget")))
     figures_html = "".join(figure.to_html(full_html=False, include_plotlyjs=False)

@@ -27,6 +27,7 @@ from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.costs import choose_head
 from goose.decode import METHODS, eos_ids, generate
+from goose.drafters import SpineTree
 from goose.head import HEAD_CHOICES
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
@@ -182,7 +183,7 @@ def record_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: Bench
     """One untimed goose run of `prompt` with source snapshots, saved for the report's what-if curves."""
     folder.mkdir(parents=True, exist_ok=True)
     text = format_prompt(goose_model.tokenizer, prompt)
-    run = generate(goose_model, text, "goose", settings.max_new_tokens, settings.budget, record_sources=True,
+    run = generate(goose_model, text, SpineTree.name, settings.max_new_tokens, settings.budget, record_sources=True,
                    head=settings.head)
     run.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt.id)}.json")
 
