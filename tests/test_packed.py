@@ -9,7 +9,7 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.budget import _cost_key
+from goose.costs import _cost_key
 from goose.packed import body_linears, pack_linears, packed_linears
 from goose.verify import Verifier
 
