@@ -3,6 +3,7 @@
 from goose.config import GooseConfig
 from goose.decode import Generation, generate, stream
 from goose.drafters import METHODS, Drafter, DraftState
+from goose.hf_generate import goose_generate, goose_model_for
 from goose.model import DEFAULT_MODEL, GooseModel, ModelLoadError, load_model
 from goose.sampling import Sampling
 from goose.trace import NodeRecord, RunRecord, StepRecord
@@ -12,4 +13,5 @@ from goose.whatif import RunWhatIf, WhatIf, run_what_if, what_if
 
 __all__ = ["DEFAULT_MODEL", "METHODS", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
            "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepRecord",
-           "UnsupportedModelError", "WhatIf", "generate", "load_model", "run_what_if", "stream", "what_if"]
+           "UnsupportedModelError", "WhatIf", "generate", "goose_generate", "goose_model_for", "load_model",
+           "run_what_if", "stream", "what_if"]
