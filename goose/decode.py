@@ -83,7 +83,10 @@ class Generation:
         self.accepted_by_source: Counter = Counter()
         self.record_sources = request.record_sources
         self._snapshot: Snapshot | None = None
+        self._rows: list | None = None  # the adjacency rows this step stored, one per node (recorded runs)
+        self._shape: dict | None = None  # the shape knobs the tuner set for this step's tree (recorded runs)
         if self.record_sources:  # what-if speed estimates need this device's verification costs
+            self.run.prefill_rows = []
             self.run.costs = cost_table(goose_model, head=head)
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -103,6 +106,8 @@ class Generation:
             t0 = time.perf_counter()
             state = self._draft_state(anchor, before_anchor)
             tree, budget = self.drafter.draft(state)
+            if self.record_sources:
+                self._shape = self.drafter.shape_for(state)
             t1 = time.perf_counter()
             verification = self._verify(tree)
             t2 = time.perf_counter()
@@ -133,7 +138,10 @@ class Generation:
             previous = [None, *prompt[:-1]]
             rows = self.adjacency.last_occurrences(prompt, previous)
             top = self.walker.head.top(hidden[rows], self._top_k)
-            self.adjacency.refresh([prompt[i] for i in rows], [previous[i] for i in rows], top.indices, top.values)
+            keys = [(previous[i], prompt[i]) for i in rows]
+            stored = self.adjacency.refresh([t for _, t in keys], [p for p, _ in keys], top.indices, top.values)
+            if self.record_sources:  # the replay (goose.replay) rebuilds the table from these and the steps' rows
+                self.run.prefill_rows = [(p, t, row) for (p, t), row in zip(keys, stored)]
         self.verifier.truncate(len(prompt))  # the whole prompt is committed
         self.run.totals.prefill_s = time.perf_counter() - start
         self.run.totals.forward_passes = 1
@@ -166,7 +174,8 @@ class Generation:
         self.drafter.observe(state, tree, verification.accepted, verification.new_tokens(tree))
         if self.adjacency is not None:
             previous = [tree.tokens[p] if p >= 0 else state.before_anchor for p in tree.parents]
-            self.adjacency.refresh(tree.tokens, previous, verification.top.indices, verification.top.values)
+            rows = self.adjacency.refresh(tree.tokens, previous, verification.top.indices, verification.top.values)
+            self._rows = rows if self.record_sources else None
 
     def _commit(self, new_tokens: list[int], tree: DraftTree | None = None,
                 verification: Verification | None = None) -> bool:
@@ -225,7 +234,7 @@ class Generation:
         return StepRecord(index=len(self.run.steps), nodes=nodes, accepted=verification.accepted,
                           bonus_token=verification.bonus, bonus_text=texts[-1], committed=committed,
                           draft_s=draft_s, verify_s=verify_s, observe_s=observe_s, budget=budget,
-                          snapshot=self._snapshot)
+                          snapshot=self._snapshot, rows=self._rows, shape=self._shape)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,12 @@ class Drafter:
         budget = self.budget(state, base)
         return self.shaped(shape).build(state, budget), budget
 
+    def shape_for(self, state: DraftState) -> dict[str, Any]:
+        """The shape knobs `draft(state)` sets over the configured ones (the tuner's pick; none without a tuner)."""
+        if self.tuner is None:
+            return {}
+        return self.tuner.shape_overrides(self._tuner(state).best(self.pinned)[0])
+
     def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],
                 revealed: Sequence[int] | None) -> None:
         """Learn from the verified step. `accepted`: accepted nodes (root excluded); `revealed`: the

@@ -7,10 +7,11 @@ the sources it was drafted from (goose.snapshot). A run is a prompt, a method,
 its steps and its totals. Both round-trip through JSON.
 
 Format 2 added the snapshots, the texts of the tokens they mention and the
-verification cost table; format 3 split a step's time after drafting into
-verify_s (the forward pass and the walk) and observe_s (the rest). Formats 1
-and 2 still load (without them; their verify_s holds all of the step after
-drafting, observe_s 0).
+verification cost table; format 3 the adjacency rows every pass stored (the prefill's
+and each step's, one per node) and the shape the tuner gave each tree, which a whole-run
+replay at other settings needs (goose.replay), and split a step's time after drafting into
+verify_s (the forward pass and the walk) and observe_s (the rest). Formats 1 and 2 still load
+(without them; their verify_s holds all of the step after drafting, observe_s 0).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from goose.snapshot import RowPool, Snapshot
+from goose.snapshot import Row, RowPool, Snapshot
 
 TRACE_FORMAT = "goose-trace/3"
 READABLE_FORMATS = ("goose-trace/1", "goose-trace/2", TRACE_FORMAT)
@@ -53,7 +54,9 @@ class NodeRecord:
 @dataclass
 class StepRecord:
     """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings;
-    `snapshot` (when recorded): the sources the tree was built from.
+    When the run was recorded with its sources: `snapshot`, the sources the tree was built from;
+    `rows`, the adjacency row the pass stored for each node (node order); `shape`, the shape knobs
+    the tuner set over the run's config for this tree (empty without a tuner).
 
     Timings: draft_s builds the tree; verify_s is its forward pass and the walk along it; observe_s
     the rest of the step: committing the tokens, the drafter's (and tuner's) learning and the
@@ -70,6 +73,8 @@ class StepRecord:
     budget: int
     observe_s: float = 0.0
     snapshot: Snapshot | None = None
+    rows: list[Row] | None = None
+    shape: dict[str, Any] | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -92,9 +97,12 @@ class StepRecord:
 
     def to_dict(self, pool: RowPool | None = None) -> dict[str, Any]:
         """JSON-ready; the snapshot's adjacency rows go to `pool` (the run's) when given."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("nodes", "snapshot")}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("nodes", "snapshot", "rows")}
         data["nodes"] = [asdict(node) for node in self.nodes]
         data["snapshot"] = self.snapshot.to_dict(pool) if self.snapshot is not None else None
+        if self.rows is not None:
+            pool = pool if pool is not None else RowPool()
+            data["rows"] = [pool.add(row) for row in self.rows]
         return data
 
     @classmethod
@@ -103,6 +111,8 @@ class StepRecord:
         data["nodes"] = [NodeRecord(**node) for node in data["nodes"]]
         if data.get("snapshot") is not None:
             data["snapshot"] = Snapshot.from_dict(data["snapshot"], rows)
+        if data.get("rows") is not None:
+            data["rows"] = [rows[i] for i in data["rows"]]
         return cls(**data)
 
 
@@ -131,6 +141,8 @@ class RunRecord:
     token_texts: texts of the token ids the step snapshots mention (to draw rebuilt trees without a tokenizer).
                  In JSON the snapshots' adjacency rows are pooled under "rows", each row once.
     costs:       seconds of one verification pass per tree size on the recording device (with snapshots).
+    prefill_rows: the adjacency rows the prefill stored, as (previous, token, row) in order; None when the
+                 run was not recorded with its sources (an empty list: recorded, no adjacency table kept).
     """
 
     prompt: str
@@ -148,6 +160,7 @@ class RunRecord:
     token_texts: dict[int, str] = field(default_factory=dict)
     costs: dict[int, float] = field(default_factory=dict)
     head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
+    prefill_rows: list[tuple[int | None, int, Row]] | None = None
     format: str = TRACE_FORMAT
 
     @property
@@ -159,10 +172,20 @@ class RunRecord:
     def has_snapshots(self) -> bool:
         return bool(self.steps) and all(step.snapshot is not None for step in self.steps)
 
+    @property
+    def has_replay_data(self) -> bool:
+        """Recorded with what a whole-run replay needs: every pass's adjacency rows (if it kept a table)
+        and each tree's shape (goose.replay)."""
+        return self.prefill_rows is not None and bool(self.steps) and all(step.shape is not None
+                                                                          for step in self.steps)
+
     def to_dict(self) -> dict[str, Any]:
         pool = RowPool()
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "totals")}
+        skip = ("steps", "totals", "prefill_rows")
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         data["steps"] = [step.to_dict(pool) for step in self.steps]
+        data["prefill_rows"] = (None if self.prefill_rows is None
+                                else [[previous, token, pool.add(row)] for previous, token, row in self.prefill_rows])
         data["totals"] = asdict(self.totals)
         data["rows"] = pool.to_json()
         return data
@@ -188,6 +211,8 @@ class RunRecord:
             data["totals"] = RunTotals(**data["totals"])
             data["token_texts"] = {int(k): v for k, v in data.get("token_texts", {}).items()}
             data["costs"] = {int(k): v for k, v in data.get("costs", {}).items()}
+            if data.get("prefill_rows") is not None:
+                data["prefill_rows"] = [(previous, token, rows[i]) for previous, token, i in data["prefill_rows"]]
             data["format"] = TRACE_FORMAT
             return cls(**data)
         except (TypeError, KeyError) as error:

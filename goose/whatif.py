@@ -1,27 +1,36 @@
-"""What if a step had built another tree? Counterfactual acceptance from recorded snapshots, no model needed.
+"""What if a step, or a whole run, had drafted other trees? Counterfactuals from recorded runs, no model needed.
 
 Under greedy decoding a verified step reveals the target's greedy continuation
 (the accepted tokens plus the bonus), and any tree accepts the longest prefix of
 it that is one of its paths (goose.budget.accepted_length). A step recorded with
 `record_sources=True` keeps what its builder read (goose.snapshot), so any other
-tree shape can be rebuilt from exactly the same sources and scored. The count is
+tree shape can be rebuilt from exactly the same sources and scored (`what_if`). The count is
 exact unless the rebuilt tree holds the whole revealed continuation (the target's
 choice after the bonus is unknown: then it is a lower bound) or the tree needed
 adjacency rows the snapshot did not record (then the tree itself is uncertain).
+
+A whole run at other settings is replayed with its own step boundaries (goose.replay,
+`run_what_if`): tau and passes, an estimated wall time from the run's cost table, and on
+request the real run at those settings beside the estimate (`check=True`). Rates and
+speed-ups are goose.metrics' (pooled over runs).
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from goose import metrics
 from goose.budget import accepted_length
 from goose.config import GooseConfig
-from goose.drafters import METHODS
+from goose.costs import interpolate_cost
+from goose.decode import generate
+from goose.drafters import METHODS, SpineTree
+from goose.model import GooseModel
+from goose.replay import NoReplayDataError, ReplayStep, own_shapes, replay
 from goose.snapshot import RecordedRows
-from goose.trace import RunRecord, StepRecord
+from goose.trace import RunRecord, RunTotals, StepRecord
 from goose.tree import DraftTree
 
 # Knobs that change the sources themselves (the matcher, the table, the EMA), not the shape built from them:
@@ -132,95 +141,224 @@ def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
     return _rebuild(run, step, method, config, base)
 
 
-def step_cost(costs: dict[int, float], nodes: int) -> float:
-    """Seconds of one verification of `nodes` tree nodes: the cost table interpolated (linearly extrapolated)."""
-    sizes = sorted(costs)
-    if len(sizes) == 1:
-        return costs[sizes[0]]
-    i = min(max(1, bisect.bisect_left(sizes, nodes)), len(sizes) - 1)
-    low, high = sizes[i - 1], sizes[i]
-    slope = (costs[high] - costs[low]) / (high - low)
-    return max(costs[sizes[0]], costs[low] + slope * (nodes - low))
+@dataclass
+class RealRun:
+    """The model run for real at a what-if's settings on the same prompt, beside the autoregressive baseline.
+
+    tau, wall_s, tokens_per_s: the real run's (stopwatch from the call); speedup: over the baseline
+    (goose.metrics); same_tokens: it produced the recorded tokens (lossless and deterministic)."""
+
+    run: RunRecord
+    baseline: RunRecord
+
+    @property
+    def tau(self) -> float | None:
+        return metrics.tau(self.run.totals)
+
+    @property
+    def wall_s(self) -> float:
+        return self.run.totals.wall_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return metrics.tokens_per_s(self.run.totals)
+
+    @property
+    def speedup(self) -> float | None:
+        return metrics.speedup(self.run.totals, self.baseline.totals)
+
+    @property
+    def same_tokens(self) -> bool:
+        return metrics.lossless(self.run.tokens, self.baseline.tokens)
 
 
 @dataclass
 class RunWhatIf:
-    """A whole run's steps rebuilt under one setting.
+    """A whole run replayed under one setting with its own step boundaries (goose.replay).
 
-    accepted / real: accepted length per step, counterfactual and as recorded.
-    tokens: new tokens over the same passes (the last step cut where the run stopped, as the real one was).
-    tau:   counterfactual tokens per target pass (prefill counted, as the run's own tau).
-    tokens_per_s: estimated from the run's cost table (None without one).
-    speedup: estimated speed-up over one token per verification of a single node (None without costs).
-    exact_steps: steps whose count is exact.
+    steps: the replay's steps; real: the recorded run's accepted length per step.
+    totals: the replay's tokens, passes, tau and estimated wall time (the recorded prefill plus each
+            tree's verification cost from the run's cost table; 0 without a table);
+    baseline: the same estimate for autoregressive decoding (one node per pass).
+    exact: the replay is what a real run at these settings does, pass for pass (the recorded setting, or
+           a method that drafts from the context alone); otherwise the adjacency rows are approximated.
+    measured: the real run at these settings (run_what_if(..., check=True)), or None.
     """
 
     settings: dict[str, Any]
-    accepted: list[int]
+    method: str
+    steps: list[ReplayStep]
     real: list[int]
-    budgets: list[int]
-    tau: float
-    tokens_per_s: float | None
-    speedup: float | None
-    exact_steps: int
-    missing_steps: int
-    tokens: int
-    steps: list[WhatIf] = field(repr=False, default_factory=list)
+    totals: RunTotals
+    baseline: RunTotals
+    exact: bool
+    has_costs: bool
+    measured: RealRun | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.totals.new_tokens
 
     @property
     def passes(self) -> int:
-        return 1 + len(self.accepted)
+        return self.totals.forward_passes
+
+    @property
+    def accepted(self) -> list[int]:
+        return [step.accepted for step in self.steps]
+
+    @property
+    def accepted_lengths(self) -> list[int]:
+        return self.accepted
+
+    @property
+    def budgets(self) -> list[int]:
+        return [step.budget for step in self.steps]
+
+    @property
+    def nodes(self) -> list[int]:
+        return [step.nodes for step in self.steps]
+
+    @property
+    def positions(self) -> list[int]:
+        return [step.position for step in self.steps]
+
+    @property
+    def exact_steps(self) -> int:
+        return len(self.steps) if self.exact else 0
+
+    @property
+    def tau(self) -> float:
+        return metrics.tau(self.totals) or 0.0
+
+    @property
+    def seconds(self) -> float | None:
+        """Estimated wall seconds (None without a cost table)."""
+        return self.totals.wall_s if self.has_costs else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return metrics.tokens_per_s(self.totals) if self.has_costs else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Estimated speed-up over autoregressive decoding on the same cost table (None without one)."""
+        return metrics.speedup(self.totals, self.baseline) if self.has_costs else None
+
+    @property
+    def tau_error(self) -> float | None:
+        """The estimate's relative error against the real run: estimate / real - 1 (None unchecked)."""
+        return relative_error(self.tau, self.measured.tau) if self.measured else None
+
+    @property
+    def speedup_error(self) -> float | None:
+        return relative_error(self.speedup, self.measured.speedup) if self.measured else None
 
 
-def run_what_if(run: RunRecord, **settings: Any) -> RunWhatIf:
-    """Every step of `run` rebuilt under `settings` (see what_if): counterfactual tau and speed."""
-    if not run.has_snapshots:
-        raise NoSnapshotError("this run was recorded without source snapshots, so its trees cannot be rebuilt: "
-                              "record it again with goose.generate(..., record_sources=True)")
+def relative_error(estimate: float | None, real: float | None) -> float | None:
+    """estimate / real - 1; None when either is unknown."""
+    share = metrics.ratio(estimate, real)
+    return None if share is None else share - 1.0
+
+
+def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int) -> RunTotals:
+    """Totals of a run of `tokens` new tokens whose steps verify trees of `nodes` nodes: the recorded
+    prefill plus each pass's cost from the run's cost table (wall 0 without a table)."""
+    passes = 1 + len(nodes)
+    wall = run.totals.prefill_s + sum(interpolate_cost(run.costs, n) for n in nodes) if run.costs else 0.0
+    totals = RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall, prefill_s=run.totals.prefill_s)
+    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
+    return totals
+
+
+_BASELINES: dict[tuple, RunRecord] = {}  # (model, prompt, tokens, head) -> the autoregressive run, measured once
+
+
+def baseline_run(goose_model: GooseModel, run: RunRecord) -> RunRecord:
+    """The autoregressive run on `run`'s prompt and length with its head: run once per model and kept."""
+    key = (id(goose_model), goose_model.name, tuple(run.prompt_tokens), run.max_new_tokens, run.head)
+    if key not in _BASELINES:
+        _BASELINES[key] = generate(goose_model, run.prompt, metrics.BASELINE, run.max_new_tokens, head=run.head)
+    return _BASELINES[key]
+
+
+def real_run(goose_model: GooseModel, run: RunRecord, method: str, settings: dict[str, Any]) -> RealRun:
+    """Run the model at `settings` on `run`'s prompt: what a replay estimates, measured."""
+    shape = {name: value for name, value in settings.items() if name not in ("method", "budget")}
+    budget = settings.get("budget")
+    if budget is None:
+        budget = "auto" if run.config.get("auto_budget") else run.config.get("budget")
+    baseline = baseline_run(goose_model, run)
+    checked = generate(goose_model, run.prompt, method, run.max_new_tokens, budget, head=run.head, **shape)
+    return RealRun(checked, baseline)
+
+
+def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None = None,
+                **settings: Any) -> RunWhatIf:
+    """`run` replayed under `settings` (see what_if) with its own step boundaries: tau, passes and an estimated
+    speed from the run's cost table. No settings: the recorded run itself, step for step.
+
+    check=True runs `model` at these settings on the same prompt (and autoregressive decoding once) and
+    keeps the real run in `.measured` beside the estimate (`.tau_error`, `.speedup_error`)."""
+    if check and model is None:
+        raise ValueError("check=True runs the model: pass model=goose.load_model(...)")
+    settings = {ALIASES.get(name, name): value for name, value in settings.items()}
     method, config, base = resolve_settings(run, settings)
-    results = [_rebuild(run, _step(run, i), method, config, base) for i in range(len(run.steps))]
-    accepted = [r.accepted for r in results]
-    last = run.steps[-1]  # the stop (EOS, max_new_tokens, a stop string) cut its commit short
-    tokens = 1 + sum(a + 1 for a in accepted[:-1]) + min(accepted[-1] + 1, len(last.committed))
-    passes = 1 + len(results)
-    tokens_per_s = speedup = None
-    if run.costs:
-        seconds = step_cost(run.costs, 1) + sum(step_cost(run.costs, r.budget) for r in results)
-        tokens_per_s = tokens / seconds
-        speedup = tokens_per_s * step_cost(run.costs, 1)
-    return RunWhatIf(dict(settings), accepted, [s.accepted_length for s in run.steps], [r.budget for r in results],
-                     tokens / passes, tokens_per_s, speedup, sum(r.exact for r in results),
-                     sum(not r.complete for r in results), tokens, results)
+    own = not settings
+    shapes = own_shapes(run) if own else None
+    try:
+        steps = replay(run, method, config, base, shapes)
+    except NoReplayDataError as error:
+        raise NoSnapshotError(str(error)) from error
+    tokens = len(run.tokens)  # the replay commits the recorded tokens to the end
+    result = RunWhatIf(dict(settings), method, steps, run.accepted_lengths,
+                       estimated_totals(run, [step.nodes for step in steps], tokens),
+                       estimated_totals(run, [1] * (tokens - 1), tokens),
+                       exact=own or not METHODS[method].uses_adjacency, has_costs=bool(run.costs))
+    if check:
+        result.measured = real_run(model, run, method, settings)
+    return result
 
 
 def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balanced"),
           budgets: Sequence[int] = (4, 8, 16, 24, 32, 48, 64),
           spine_shares: Sequence[float] = (0.0, 0.15, 0.3, 0.5, 0.75, 1.0)) -> dict[str, Any]:
-    """Counterfactual tau (and estimated speed-up) vs budget per method, and tau vs spine share for goose,
-    pooled over `runs` (tokens over passes). Returns {"budget": {method: [(budget, tau, speedup)]},
-    "spine_share": [(share, tau)]}."""
+    """Replayed tau (and estimated speed-up) vs budget per method, and tau vs spine share for goose,
+    pooled over `runs` (goose.metrics: tokens over passes, tokens/s over the baseline's). Returns
+    {"budget": {method: [(budget, tau, speedup)]}, "spine_share": [(share, tau)]}."""
     def pooled(**settings: Any) -> tuple[float, float | None]:
-        results = [run_what_if(run, **settings) for run in runs]
-        tokens, passes = sum(r.tokens for r in results), sum(r.passes for r in results)
-        speedups = [r.speedup for r in results if r.speedup is not None]
-        return tokens / passes, (sum(speedups) / len(speedups) if len(speedups) == len(results) else None)
+        results = {str(i): run_what_if(run, **settings) for i, run in enumerate(runs)}
+        estimates = {i: _Estimated(r.method, r.totals) for i, r in results.items()}
+        baselines = {i: _Estimated(metrics.BASELINE, r.baseline) for i, r in results.items()}
+        costs = all(r.has_costs for r in results.values())
+        return (metrics.pooled_tau(estimates.values()) or 0.0,
+                metrics.pooled_speedup(estimates, baselines) if costs else None)
 
     by_budget = {method: [(b, *pooled(method=method, budget=b)) for b in budgets] for method in methods}
-    by_share = [(share, pooled(method="goose", spine_share=share)[0]) for share in spine_shares]
+    by_share = [(share, pooled(method=SpineTree.name, spine_share=share)[0]) for share in spine_shares]
     return {"budget": by_budget, "spine_share": by_share}
 
 
-# --- checking the counterfactual against real runs ---------------------------------------------------------
+@dataclass
+class _Estimated:
+    """An estimate as goose.metrics reads a run."""
+
+    method: str
+    totals: RunTotals
+    tokens: list[int] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)
+
+
+# --- checking the replay against real runs ---------------------------------------------------------------
 
 def agreement(traces: Sequence[RunRecord], real_tau: dict[str, float], budget: int | None) -> list[list[str]]:
-    """Per method run for real: the counterfactual tau from the snapshots beside the real pooled tau, and the
-    share of exact steps. With an auto budget the counterfactual keeps each recorded step's own budget."""
+    """Per method run for real: the replayed tau beside the real pooled tau. With an auto budget the replay
+    takes each position's budget from the recorded step that holds it."""
     rows = []
     for method, tau in real_tau.items():
         settings = {"method": method} if budget is None else {"method": method, "budget": budget}
-        results = [run_what_if(run, **settings) for run in traces]
-        estimate = sum(r.tokens for r in results) / sum(r.passes for r in results)
-        exact = sum(r.exact_steps for r in results) / max(1, sum(len(r.accepted) for r in results))
+        results = [_Estimated(method, run_what_if(run, **settings).totals) for run in traces]
+        estimate = metrics.pooled_tau(results) or 0.0
         rows.append([method, str(budget or "each step's own"), f"{estimate:.3f}", f"{tau:.3f}",
-                     f"{100 * (estimate - tau) / tau:+.1f} %", f"{100 * exact:.0f} %"])
+                     f"{100 * (estimate - tau) / tau:+.1f} %"])
     return rows

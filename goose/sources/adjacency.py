@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+Row = list[tuple[int, float]]  # (successor, score) pairs, most likely first
+
 
 class AdjacencyTable:
     """Two-tier top-K successor table, kept sparse: only tokens seen in a run have rows, so a run's
@@ -22,26 +24,33 @@ class AdjacencyTable:
         self.top_k = top_k
         self.min_score = min_score
         self.use_bigram = use_bigram
-        self.unigram: dict[int, list[tuple[int, float]]] = {}
-        self.bigram: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        self.unigram: dict[int, Row] = {}
+        self.bigram: dict[tuple[int, int], Row] = {}
 
     def refresh(self, tokens: Sequence[int], previous: Sequence[int | None],
-                top_ids: torch.Tensor, top_logits: torch.Tensor) -> None:
-        """Overwrite the rows of `tokens` with the top-K of one forward pass.
+                top_ids: torch.Tensor, top_logits: torch.Tensor) -> list[Row]:
+        """Overwrite the rows of `tokens` with the top-K of one forward pass; returns the rows stored.
 
         `top_ids` / `top_logits` are [n, K'] (K' >= K), row i predicted after
         tokens[i], whose own predecessor is previous[i] (None at the start).
         When a token occurs twice in one pass, its last occurrence wins.
         """
-        if len(tokens) == 0:
-            return
+        rows = self.rows(top_ids, top_logits) if len(tokens) else []
+        self.store(tokens, previous, rows)
+        return rows
+
+    def rows(self, top_ids: torch.Tensor, top_logits: torch.Tensor) -> list[Row]:
+        """The table's rows for one pass's top-K: (successor, softmax score over the top K) pairs."""
         ids = top_ids[:, :self.top_k].cpu().tolist()
         scores = torch.softmax(top_logits[:, :self.top_k].float(), dim=-1).cpu().tolist()
-        for i, token in enumerate(tokens):
-            pairs = list(zip(ids[i], scores[i]))
+        return [list(zip(i, s)) for i, s in zip(ids, scores)]
+
+    def store(self, tokens: Sequence[int], previous: Sequence[int | None], rows: Sequence[Row]) -> None:
+        """Overwrite the rows of `tokens` (in order: a later occurrence wins) with `rows`."""
+        for token, before, pairs in zip(tokens, previous, rows):
             self.unigram[int(token)] = pairs
-            if self.use_bigram and previous[i] is not None:
-                self.bigram[(int(previous[i]), int(token))] = pairs
+            if self.use_bigram and before is not None:
+                self.bigram[(int(before), int(token))] = pairs
 
     def last_occurrences(self, tokens: Sequence[int], previous: Sequence[int | None]) -> list[int]:
         """Positions whose rows survive a refresh of all of `tokens`, in order: the last occurrence of each

@@ -1,0 +1,173 @@
+"""The what-if check of the bench (`--what-if`): each prompt's goose run replayed at other settings, beside
+real runs at those settings, so that every estimate is shown with its measured error.
+
+Per prompt: one goose run at the bench's settings recorded with its sources (saved for the
+report's curves), then for every setting of `WHAT_IF_SETTINGS` the replay's tau and estimated
+speed-up (goose.whatif.run_what_if) and a real run at that setting, against the autoregressive run
+(run once per prompt). Errors are pooled as goose.metrics pools: tokens over passes, tokens/s
+over the baseline's tokens/s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from goose import metrics
+from goose.decode import generate
+from goose.drafters import Balanced, SpineTree
+from goose.model import GooseModel
+from goose.trace import RunTotals
+from goose.whatif import relative_error, run_what_if
+
+# The settings the check replays and runs: budgets, the spine's two extremes, the isotropic control.
+WHAT_IF_SETTINGS: tuple[dict[str, Any], ...] = (
+    *({"method": SpineTree.name, "budget": b} for b in (4, 8, 16, 32, 64)),
+    {"method": SpineTree.name, "budget": 16, "spine_share": 0.0},
+    {"method": SpineTree.name, "budget": 16, "spine_share": 1.0},
+    *({"method": Balanced.name, "budget": b} for b in (8, 16)),
+)
+CHECK_FILE = "what-if-check.jsonl"
+
+
+def setting_name(settings: dict[str, Any]) -> str:
+    """A setting as one short label: 'goose budget 16 spine_share 0.0'."""
+    return " ".join([str(settings.get("method", "")), *(f"{k} {v}" for k, v in settings.items() if k != "method")])
+
+
+@dataclass
+class CheckRow:
+    """One prompt at one setting: the replay's estimate and the real run's measurement."""
+
+    prompt_id: str
+    setting: str
+    tokens: int
+    estimated_passes: int
+    real_passes: int
+    estimated_s: float
+    real_s: float
+    estimated_baseline_s: float
+    real_baseline_s: float
+    same_tokens: bool
+
+
+def check_prompt(goose_model: GooseModel, prompt_id: str, text: str, max_new_tokens: int, head: str,
+                 folder: Path, settings_grid: Sequence[dict[str, Any]] = WHAT_IF_SETTINGS) -> list[CheckRow]:
+    """Record goose at its defaults on `text` (saved under `folder`), replay it at every setting and run each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    recorded = generate(goose_model, text, SpineTree.name, max_new_tokens, record_sources=True, head=head)
+    recorded.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt_id)}.json")
+    rows = []
+    for settings in settings_grid:
+        result = run_what_if(recorded, check=True, model=goose_model, **settings)
+        real = result.measured
+        rows.append(CheckRow(prompt_id, setting_name(settings), result.tokens, result.passes,
+                             real.run.totals.forward_passes, result.totals.wall_s, real.wall_s,
+                             result.baseline.wall_s, real.baseline.totals.wall_s,
+                             real.same_tokens and real.run.tokens == recorded.tokens))
+    return rows
+
+
+def append_rows(path: Path, rows: Iterable[CheckRow]) -> None:
+    with path.open("a", encoding="utf-8") as file:
+        for row in rows:
+            file.write(json.dumps(asdict(row)) + "\n")
+
+
+def load_rows(path: Path) -> list[CheckRow]:
+    if not path.exists():
+        return []
+    return [CheckRow(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@dataclass
+class _Timed:
+    """A run as goose.metrics reads it, from a check row's counts."""
+
+    method: str
+    totals: RunTotals
+    tokens: tuple = ()
+    accepted_lengths: tuple = ()
+
+
+def _timed(tokens: int, passes: int, seconds: float) -> _Timed:
+    return _Timed("", RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=seconds))
+
+
+def summarize_checks(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
+    """Per setting, pooled over prompts: estimated and real tau and speed-up, their errors, the worst prompt's
+    tau error, and whether every real run produced the recorded tokens."""
+    table = []
+    for setting in dict.fromkeys(row.setting for row in rows):
+        chosen = [row for row in rows if row.setting == setting]
+        estimated = {r.prompt_id: _timed(r.tokens, r.estimated_passes, r.estimated_s) for r in chosen}
+        real = {r.prompt_id: _timed(r.tokens, r.real_passes, r.real_s) for r in chosen}
+        estimated_base = {r.prompt_id: _timed(r.tokens, r.tokens, r.estimated_baseline_s) for r in chosen}
+        real_base = {r.prompt_id: _timed(r.tokens, r.tokens, r.real_baseline_s) for r in chosen}
+        tau_estimate, tau_real = metrics.pooled_tau(estimated.values()), metrics.pooled_tau(real.values())
+        speedup_estimate = metrics.pooled_speedup(estimated, estimated_base)
+        speedup_real = metrics.pooled_speedup(real, real_base)
+        worst = max((abs(relative_error(metrics.tau(estimated[p].totals), metrics.tau(real[p].totals)) or 0.0)
+                     for p in estimated), default=0.0)
+        table.append({"setting": setting, "prompts": len(chosen), "tau_estimate": tau_estimate, "tau_real": tau_real,
+                      "tau_error": relative_error(tau_estimate, tau_real), "worst_prompt_tau_error": worst,
+                      "speedup_estimate": speedup_estimate, "speedup_real": speedup_real,
+                      "speedup_error": relative_error(speedup_estimate, speedup_real),
+                      "same_tokens": all(r.same_tokens for r in chosen)})
+    return table
+
+
+def markdown_table(summary: Sequence[dict[str, Any]]) -> str:
+    """The summary as a Markdown table (for docs/METHOD.md and closing notes)."""
+    lines = ["| setting | prompts | τ replayed | τ real | error | worst prompt | speed-up estimated | "
+             "speed-up measured | error | same tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        lines.append(f"| {s['setting']} | {s['prompts']} | {s['tau_estimate']:.2f} | {s['tau_real']:.2f} | "
+                     f"{100 * s['tau_error']:+.1f}% | {100 * s['worst_prompt_tau_error']:.1f}% | "
+                     f"{s['speedup_estimate']:.2f}x | {s['speedup_real']:.2f}x | {100 * s['speedup_error']:+.1f}% | "
+                     f"{'yes' if s['same_tokens'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m goose.bench.what_if --suite humaneval --limit 10 --max-new-tokens 96`: the check alone."""
+    import argparse
+
+    import torch
+
+    from goose.bench.suites import format_prompt, load_suite
+    from goose.model import load_model
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--suite", action="append", required=True, help="humaneval, mtbench or a .jsonl (repeat)")
+    parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--head", default="auto")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("bench-out/what-if-check"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    goose_model = load_model(args.model) if args.model else load_model()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / CHECK_FILE
+    done = {row.prompt_id for row in load_rows(path)}
+    for method in (metrics.BASELINE, SpineTree.name, Balanced.name):  # once-per-model set-up outside the clocks
+        generate(goose_model, "def warm_up(n):", method, 8, head=args.head)
+    for suite in args.suite:
+        for prompt in load_suite(suite, args.limit):
+            if prompt.id in done:
+                continue
+            text = format_prompt(goose_model.tokenizer, prompt)
+            rows = check_prompt(goose_model, prompt.id, text, args.max_new_tokens, args.head, args.out / "traces")
+            append_rows(path, rows)
+            print(prompt.id, " ".join(f"{r.setting}: {r.estimated_passes}/{r.real_passes}" for r in rows), flush=True)
+    print(markdown_table(summarize_checks(load_rows(path))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""A whole run replayed at other settings, with the replay's own step boundaries (docs/METHOD.md, "What if").
+
+Under greedy decoding the continuation is fixed by the prompt: whatever tree a step
+drafts, the tokens committed are the recorded run's. So a run at other settings can
+be simulated without the model: at each position build the tree those settings would
+draft there, walk it along the fixed continuation, and advance by accepted + 1. A
+setting that accepts less takes more passes, one that accepts more reaches further per
+pass; keeping the recorded step boundaries instead biases both (measured: -39% tau).
+
+What each step's tree is built from, and how exact it is:
+- the context match is a function of the token prefix: exact;
+- the spine tree's acceptance EMA follows the replay's own trees: exact;
+- the adjacency table at a position is rebuilt from the rows the recorded run stored
+  (`RunRecord.prefill_rows`, `StepRecord.rows`): every row of the real passes whose anchor
+  came before that position, except rows of the real continuation at or after the replay's
+  anchor (the replay has not verified those yet; the real run's tree reached them in one
+  pass). Approximated: the rows of the replay's own rejected nodes are those of the real
+  run's rejected nodes (the replay's trees differ, so would their off-continuation rows).
+Replaying the recorded setting rebuilds the recorded run exactly, step for step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from goose.budget import accepted_length
+from goose.config import GooseConfig
+from goose.drafters import METHODS, DraftState
+from goose.snapshot import Row
+from goose.sources import ContextMatch, ContextMatcher
+from goose.trace import RunRecord, StepRecord
+from goose.tree import DraftTree
+
+
+class NoReplayDataError(ValueError):
+    """The run was recorded without what a replay needs (the adjacency rows of its passes, its trees' shapes)."""
+
+
+@dataclass
+class ReplayStep:
+    """One step of the replay. position: new tokens committed before it (its anchor is tokens[position - 1]);
+    budget: its node budget; nodes: its tree's size; accepted: draft tokens the walk accepts."""
+
+    position: int
+    budget: int
+    nodes: int
+    accepted: int
+    tree: DraftTree = field(repr=False)
+
+
+def anchor_positions(run: RunRecord) -> list[int]:
+    """Each recorded step's position: new tokens committed before it (the prefill commits the first)."""
+    positions, position = [], 1
+    for step in run.steps:
+        positions.append(position)
+        position += len(step.committed)
+    return positions
+
+
+class ReplayTable:
+    """The adjacency table as a replay at one position would hold it, from the recorded run's rows.
+
+    Rows of recorded steps wholly behind the position sit in `unigram` / `bigram`; the step the
+    position falls inside (its pass began before the position, its accepted path reaches past it)
+    lies over them in `_recent`, without the rows of its path at or after the position.
+    Lookups follow AdjacencyTable.successors with the replay's min_score and bigram setting.
+    """
+
+    def __init__(self, run: RunRecord, config: GooseConfig) -> None:
+        self.min_score, self.use_bigram = config.min_score, config.use_bigram
+        self.recorded_bigram = bool(run.config.get("use_bigram", True))
+        self.unigram: dict[int, Row] = {}
+        self.bigram: dict[tuple[int, int], Row] = {}
+        self._recent: tuple[dict[int, Row], dict[tuple[int, int], Row]] = ({}, {})
+        self._store(self.unigram, self.bigram, [(previous, token, row) for previous, token, row in run.prefill_rows])
+        self._steps = list(zip(anchor_positions(run), run.steps))
+        self._applied = 0  # recorded steps wholly in the table
+
+    def _store(self, unigram: dict, bigram: dict, keyed_rows: list[tuple[int | None, int, Row]]) -> None:
+        for previous, token, row in keyed_rows:
+            unigram[token] = row
+            if self.recorded_bigram and previous is not None:
+                bigram[(previous, token)] = row
+
+    @staticmethod
+    def _keyed_rows(step: StepRecord, before_anchor: int | None, keep: Any) -> list[tuple[int | None, int, Row]]:
+        """(previous, token, row) of each node of a recorded step that `keep(node index)` admits, in node order."""
+        nodes = step.nodes
+        return [(nodes[node.parent].token if node.parent >= 0 else before_anchor, node.token, row)
+                for i, (node, row) in enumerate(zip(nodes, step.rows)) if keep(i)]
+
+    def at(self, position: int, sequence: list[int], prompt_length: int) -> ReplayTable:
+        """Move to `position` (never backwards): the table a replay whose anchor is tokens[position - 1] reads."""
+        def before_anchor(start: int) -> int | None:
+            index = prompt_length + start - 2
+            return sequence[index] if index >= 0 else None
+
+        while self._applied < len(self._steps):
+            start, step = self._steps[self._applied]
+            if start + len(step.committed) > position:
+                break
+            self._store(self.unigram, self.bigram, self._keyed_rows(step, before_anchor(start), lambda i: True))
+            self._applied += 1
+        self._recent = ({}, {})
+        if self._applied < len(self._steps):
+            start, step = self._steps[self._applied]
+            if start < position:  # its pass came before; its path at depth >= position - start is still ahead
+                on_path = {0, *step.accepted}
+                ahead = {i for i in on_path if step.nodes[i].depth >= position - start}
+                self._store(*self._recent, self._keyed_rows(step, before_anchor(start), lambda i: i not in ahead))
+        return self
+
+    def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
+        recent_unigram, recent_bigram = self._recent
+        pairs = None
+        if self.use_bigram and previous is not None:
+            key = (previous, token)
+            pairs = recent_bigram.get(key, self.bigram.get(key))
+        if pairs is None:
+            pairs = recent_unigram.get(token, self.unigram.get(token, []))
+        return [(t, s) for t, s in pairs if t >= 0 and s >= self.min_score]
+
+
+def _accepted_nodes(tree: DraftTree, continuation: list[int], accepted: int) -> list[int]:
+    node, path = 0, []
+    for token in continuation[:accepted]:
+        node = tree.children[node][token]
+        path.append(node)
+    return path
+
+
+def check_replayable(run: RunRecord, method: str) -> None:
+    """NoReplayDataError unless `run` holds what replaying it under `method` needs."""
+    if run.sampling.get("temperature", 0.0) != 0.0:
+        raise ValueError("a replay needs a greedy run (temperature 0): a sampled run's tokens are one draw, "
+                         "not the continuation every tree is walked along")
+    if not run.has_replay_data:
+        raise NoReplayDataError("this run was recorded without the adjacency rows and tree shapes a replay needs "
+                                "(an older trace, or recorded without sources): record it again with "
+                                "goose.generate(..., record_sources=True)")
+    if METHODS[method].uses_adjacency and not METHODS[run.method].uses_adjacency:
+        raise NoReplayDataError(f"the recorded method {run.method!r} kept no adjacency table, so a {method!r} tree "
+                                "cannot be rebuilt from it: record the run with a method that drafts from the table")
+
+
+def replay(run: RunRecord, method: str, config: GooseConfig, base: int | None,
+           shapes: Mapping[int, tuple[dict[str, Any], int]] | None = None) -> list[ReplayStep]:
+    """The steps of `run` replayed under `method` and `config` (auto budget off).
+
+    base: the base budget (grown with the match's confidence as a real run grows it); None: the run's own
+    (under an auto budget: the node budget of the recorded step whose span holds each position).
+    shapes: position -> (shape overrides, budget) to use there instead (the recorded run's own trees).
+    """
+    check_replayable(run, method)
+    prompt, tokens = list(run.prompt_tokens), list(run.tokens)
+    sequence, end = prompt + tokens, len(tokens)
+    settings = GooseConfig.from_dict(run.config)
+    matcher = ContextMatcher(settings.ngram_lengths, settings.max_chain, settings.long_match,
+                             settings.extend_above, settings.max_extended_chain)
+    matcher.extend(prompt + tokens[:1])
+    drafter = METHODS[method](config)
+    table = ReplayTable(run, config) if drafter.uses_adjacency else None
+    recorded = list(zip(anchor_positions(run), run.steps))
+    steps, position, covering = [], 1, 0
+    while position < end:
+        while covering + 1 < len(recorded) and recorded[covering + 1][0] <= position:
+            covering += 1
+        match = matcher.match() if drafter.uses_context else ContextMatch()
+        match.tokens = match.tokens[:max(0, run.max_new_tokens - position - 1)]
+        adjacency = table.at(position, sequence, len(prompt)) if table is not None else None
+        state = DraftState(sequence[len(prompt) + position - 1], sequence[len(prompt) + position - 2], match,
+                           adjacency, drafter.spine_acceptance)
+        if shapes is not None:
+            shape, budget = shapes[position]
+            drafter.config = config.with_overrides(**shape)
+        elif base is None and settings.auto_budget:  # the tuner's budget of the recorded step holding this position
+            budget = recorded[covering][1].budget
+        else:
+            budget = drafter.budget(state, base if base is not None else settings.budget)
+        tree = drafter.build(state, budget)
+        continuation = tokens[position:]
+        accepted = accepted_length(tree, continuation)
+        path = _accepted_nodes(tree, continuation, accepted)
+        drafter.observe(state, tree, path, continuation[:accepted + 1])
+        steps.append(ReplayStep(position, budget, len(tree), accepted, tree))
+        committed = min(accepted + 1, end - position)
+        matcher.extend(tokens[position:position + committed])
+        position += committed
+    return steps
+
+
+def own_shapes(run: RunRecord) -> dict[int, tuple[dict[str, Any], int]]:
+    """position -> (shape overrides, budget) of each recorded step: replaying these rebuilds the run itself."""
+    return {position: (dict(step.shape or {}), step.budget) for position, step in zip(anchor_positions(run),
+                                                                                       run.steps)}

@@ -1,0 +1,163 @@
+"""Whole-run replays (goose.replay via goose.run_what_if): the recorded setting replays to the run itself,
+context-only replays equal real runs, every replay's first step is the real first step, the check path runs the
+model, and traces without replay data say what they lack."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny import tiny_gemma3, tiny_llama
+
+import goose
+from goose.replay import ReplayTable, anchor_positions
+from goose.trace import RunRecord
+from goose.whatif import NoSnapshotError, baseline_run, run_what_if
+
+PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+           "one two three four one two three four one two",
+           "The quick brown fox jumps over the lazy dog. The quick brown"]
+TREE_METHODS = ["goose", "balanced", "recycling"]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return [tiny_gemma3(0), tiny_llama(1)]
+
+
+def trees(steps) -> list[tuple]:
+    return [(tuple(s.tree.tokens), tuple(s.tree.parents), tuple(s.tree.sources)) for s in steps]
+
+
+def recorded_trees(run: RunRecord) -> list[tuple]:
+    return [(tuple(n.token for n in s.nodes), tuple(n.parent for n in s.nodes), tuple(n.source for n in s.nodes))
+            for s in run.steps]
+
+
+@pytest.mark.parametrize("method", [*TREE_METHODS, "pld"])
+@pytest.mark.parametrize("budget", [None, 6, 24, "auto"])
+def test_replaying_the_recorded_setting_rebuilds_the_run(models, method, budget):
+    for goose_model in models:
+        for prompt in PROMPTS:
+            live = goose.generate(goose_model, prompt, method, 36, budget=budget, record_sources=True)
+            for run in (live, RunRecord.from_json(live.to_json())):
+                replayed = run_what_if(run)
+                assert replayed.exact and replayed.tokens == len(run.tokens)
+                assert replayed.positions == anchor_positions(run)
+                # the last step's accepted drafts past the run's end are not known to a replay (nor committed)
+                assert replayed.accepted[:-1] == run.accepted_lengths[:-1]
+                assert replayed.budgets == [s.budget for s in run.steps]
+                assert trees(replayed.steps) == recorded_trees(run), (goose_model.name, prompt[:12])
+                assert replayed.tau == pytest.approx(run.totals.tau) and replayed.passes == run.totals.forward_passes
+
+
+@pytest.mark.parametrize("method", TREE_METHODS)
+def test_naming_the_recorded_setting_replays_the_run_too(models, method):
+    run = goose.generate(models[0], PROMPTS[0], method, 36, budget=10, record_sources=True)
+    assert run_what_if(run, method=method, budget=10).accepted[:-1] == run.accepted_lengths[:-1]
+
+
+@pytest.mark.parametrize("budget", [2, 5, 16, 64])
+def test_context_only_replays_equal_real_runs(models, budget):
+    """pld drafts from the context alone, a function of the token prefix: its replay is exact at any budget."""
+    for goose_model in models:
+        for prompt in PROMPTS:
+            recorded = goose.generate(goose_model, prompt, "goose", 40, budget=12, record_sources=True)
+            replayed = run_what_if(recorded, method="pld", budget=budget)
+            real = goose.generate(goose_model, prompt, "pld", 40, budget=budget)
+            assert replayed.exact and real.tokens == recorded.tokens
+            assert replayed.accepted[:-1] == real.accepted_lengths[:-1]
+            assert replayed.passes == real.totals.forward_passes
+
+
+@pytest.mark.parametrize("settings", [{"budget": 3}, {"budget": 40, "spine_share": 1.0}, {"method": "balanced"},
+                                      {"method": "recycling", "budget": 9},
+                                      {"spine_branch_share": 0.0, "max_branch_depth": 2}])
+def test_every_replay_starts_with_the_real_first_tree(models, settings):
+    """At the first step the table holds the prefill's rows alone, whatever the setting: the replay's first tree
+    is the one a real run at that setting verifies first, and its acceptance the real one."""
+    for goose_model in models:
+        recorded = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+        replayed = run_what_if(recorded, **settings)
+        method = settings.get("method", "goose")
+        budget = settings.get("budget", recorded.config["budget"])
+        shape = {k: v for k, v in settings.items() if k not in ("method", "budget")}
+        real = goose.generate(goose_model, PROMPTS[0], method, 30, budget=budget, **shape)
+        assert trees(replayed.steps[:1]) == recorded_trees(real)[:1]
+        assert replayed.accepted[0] == real.accepted_lengths[0]
+        assert not replayed.exact
+
+
+def test_the_table_leaves_out_the_path_ahead_of_the_anchor(models):
+    """Inside a recorded step's span the replay's table holds that step's rows, but not the rows of its accepted
+    path at or after the replay's anchor: those predictions would leak the continuation into the tree."""
+    run = goose.generate(models[0], PROMPTS[1], "goose", 40, budget=16, record_sources=True)
+    positions = anchor_positions(run)
+    k = next(i for i, s in enumerate(run.steps) if s.accepted_length >= 2)
+    step, start = run.steps[k], positions[k]
+    sequence = run.prompt_tokens + run.tokens
+    table = ReplayTable(run, goose.GooseConfig.from_dict(run.config)).at(start + 1, sequence, len(run.prompt_tokens))
+    ahead = [step.rows[n] for n in step.accepted]  # every accepted node sits at depth >= 1: at or after the anchor
+    recent = [row for tier in table._recent for row in tier.values()]
+    assert recent and not any(row is ahead_row for row in recent for ahead_row in ahead)
+    assert any(row is step.rows[0] for row in recent) or step.nodes[0].token in {n.token for n in step.nodes[1:]}
+
+
+def test_check_runs_the_model_beside_the_estimate(models):
+    goose_model = models[0]
+    recorded = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    checked = run_what_if(recorded, check=True, model=goose_model, budget=6)
+    real = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=6)
+    measured = checked.measured
+    assert measured.run.tokens == real.tokens == recorded.tokens and measured.same_tokens
+    assert measured.tau == pytest.approx(real.totals.tau) and measured.wall_s > 0 and measured.speedup > 0
+    assert checked.tau_error == pytest.approx(checked.tau / measured.tau - 1)
+    assert checked.speedup_error == pytest.approx(checked.speedup / measured.speedup - 1)
+    assert baseline_run(goose_model, recorded) is measured.baseline, "the baseline runs once per model and prompt"
+    assert measured.baseline.method == "autoregressive" and measured.baseline.tokens == recorded.tokens
+    assert run_what_if(recorded, budget=6).measured is None
+    with pytest.raises(ValueError, match="model="):
+        run_what_if(recorded, check=True)
+
+
+def test_estimates_use_the_cost_table(models):
+    recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    recorded.costs = {1: 1.0, 4: 1.0, 16: 4.0}
+    recorded.totals.prefill_s = 2.0
+    replayed = run_what_if(recorded, method="pld", budget=4)
+    assert replayed.seconds == pytest.approx(2.0 + sum(1.0 for _ in replayed.steps))
+    assert replayed.baseline.wall_s == pytest.approx(2.0 + len(recorded.tokens) - 1)
+    assert replayed.speedup == pytest.approx(replayed.baseline.wall_s / replayed.seconds)
+    recorded.costs = {}
+    assert run_what_if(recorded, budget=4).speedup is None
+
+
+def test_runs_without_replay_data_say_what_they_lack(models):
+    goose_model = models[0]
+    plain = goose.generate(goose_model, PROMPTS[0], "goose", 20, budget=8)
+    with pytest.raises(NoSnapshotError, match="record_sources=True"):
+        run_what_if(plain)
+    chain = goose.generate(goose_model, PROMPTS[0], "pld", 20, budget=8, record_sources=True)
+    with pytest.raises(NoSnapshotError, match="kept no adjacency table"):
+        run_what_if(chain, method="goose")
+    assert run_what_if(chain, budget=4).exact
+    sampled = goose.generate(goose_model, PROMPTS[0], "goose", 12, budget=8, temperature=0.8, seed=1,
+                             record_sources=True)
+    with pytest.raises(ValueError, match="greedy"):
+        run_what_if(sampled)
+
+
+def test_format_2_traces_still_rebuild_steps_but_not_whole_runs(models, tmp_path):
+    run = goose.generate(models[0], PROMPTS[0], "goose", 24, budget=8, record_sources=True)
+    data = json.loads(run.to_json())
+    data["format"] = "goose-trace/2"
+    del data["prefill_rows"]
+    for step in data["steps"]:
+        del step["rows"], step["shape"]
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(data))
+    old = RunRecord.load(path)
+    assert old.has_snapshots and not old.has_replay_data and old.tokens == run.tokens
+    assert goose.what_if(old, 0).accepted == run.steps[0].accepted_length
+    with pytest.raises(NoSnapshotError, match="adjacency rows"):
+        run_what_if(old)
