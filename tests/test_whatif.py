@@ -209,3 +209,9 @@ def test_bench_what_if_adds_the_curves_and_agrees_with_the_real_run(tmp_path):
     section = page[page.index("<h2>What if"):]
     goose_row = section[section.index("<td>goose</td>"):].split("</tr>")[0]
     assert "+0.0 %" in goose_row, "goose at its own budget: the replay is the run"
+    assert "speed-up measured" in section and section.count("<td>goose budget 16</td>") == 1
+    checks = [json.loads(line) for line in (tmp_path / "what-if-check.jsonl").read_text().splitlines()]
+    assert len(checks) == 2 * 9 and all(row["same_tokens"] for row in checks)
+    assert all(row["real_s"] > 0 and row["estimated_s"] > 0 for row in checks)
+    pld_like = [row for row in checks if row["setting"] == "goose budget 16 spine_share 1.0"]
+    assert len(pld_like) == 2

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from goose import charts
 from goose.bench.records import BenchRun
 from goose.bench.summary import SUMMARY_HEADER, category_speedups, summary_rows
+from goose.bench.what_if import CHECK_HEADER, check_cells
 from goose.drafters import Balanced, SpineTree
 from goose.metrics import MethodMetrics
 from goose.trace import RunRecord
@@ -83,27 +84,30 @@ DEFINITIONS = ("tau = new tokens / target forward passes (prefill counted); spee
                "time runs from the call to the last token, set-up included.")
 
 
-def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetrics], meta: dict[str, Any]) -> str:
-    """The curves goose.whatif draws from the snapshot runs, and their agreement with the real runs."""
+def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetrics], meta: dict[str, Any],
+                    checks: Sequence[dict[str, Any]] = ()) -> str:
+    """The curves goose.whatif draws from the recorded runs, and every estimate beside the real run at its setting."""
     settings = meta.get("settings", {})
     real_tau = {s.method: s.tau for s in summaries if s.tau is not None and s.method in (SpineTree.name, Balanced.name)}
-    table = _table(["method", "budget", "counterfactual tau", "real tau", "difference", "exact steps"],
+    table = _table(["method", "budget", "replayed tau", "real tau (bench)", "difference"],
                    agreement(traces, real_tau, settings.get("budget")))
+    check_table = _table(CHECK_HEADER, [check_cells(c) for c in checks]) if checks else ""
     figures_html = "".join(figure.to_html(full_html=False, include_plotlyjs=False)
                            for figure in charts.what_if_charts(sweep(traces), settings.get("suite", "")))
-    return (f"<h2>What if (from {len(traces)} snapshot runs of goose)</h2><p>Every step of one extra goose run per "
-            "prompt, recorded with source snapshots, rebuilt under each setting and scored against the continuation "
-            "it revealed: a sweep without one full run per setting. The counterfactual keeps the recorded "
-            "trajectory, so it estimates tau; the table checks it against the real runs.</p>"
-            f"{table}{figures_html}")
+    return (f"<h2>What if (from {len(traces)} recorded runs of goose)</h2><p>One extra goose run per prompt, "
+            "recorded with its sources, replayed under each setting with the replay's own step boundaries "
+            "(docs/METHOD.md): tau, and a wall time estimated from this device's cost table. The first table "
+            "sets the replay beside the bench's own runs; the second beside a real run at every setting (pooled "
+            "over prompts; error = estimate / real - 1).</p>"
+            f"{table}{check_table}{figures_html}")
 
 
 def render_report(runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics], meta: dict[str, Any],
-                  what_if_traces: Sequence[RunRecord] = ()) -> str:
+                  what_if_traces: Sequence[RunRecord] = (), what_if_checks: Sequence[dict[str, Any]] = ()) -> str:
     """The whole page; plotly.js is embedded once, inline, with the first chart."""
     figures_html = [figure.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, figure in
                     enumerate(figures(runs, summaries, meta))]
-    what_if = what_if_section(what_if_traces, summaries, meta) if what_if_traces else ""
+    what_if = what_if_section(what_if_traces, summaries, meta, what_if_checks) if what_if_traces else ""
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Goose benchmark</title>"
             f"<style>{STYLE}</style></head><body><h1>Goose benchmark</h1><p>{html.escape(settings_line(meta))}</p>"
             f"<p>{html.escape(DEFINITIONS)}</p>"
@@ -113,6 +117,7 @@ def render_report(runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics], 
 
 
 def write_report(path: Path, runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics],
-                 meta: dict[str, Any], what_if_traces: Sequence[RunRecord] = ()) -> None:
+                 meta: dict[str, Any], what_if_traces: Sequence[RunRecord] = (),
+                 what_if_checks: Sequence[dict[str, Any]] = ()) -> None:
     """Write report.html."""
-    path.write_text(render_report(runs, summaries, meta, what_if_traces), encoding="utf-8")
+    path.write_text(render_report(runs, summaries, meta, what_if_traces, what_if_checks), encoding="utf-8")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,9 +24,9 @@ from goose.bench.records import BenchRun, append_runs, load_runs
 from goose.bench.report import write_report
 from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
+from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
 from goose.decode import METHODS, eos_ids, generate
-from goose.drafters import SpineTree
 from goose.head import HEAD_CHOICES
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
@@ -179,13 +178,13 @@ def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, 
             "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds")}
 
 
-def record_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: BenchSettings, folder: Path) -> None:
-    """One untimed goose run of `prompt` with source snapshots, saved for the report's what-if curves."""
-    folder.mkdir(parents=True, exist_ok=True)
+def check_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: BenchSettings, out_dir: Path) -> None:
+    """One goose run of `prompt` recorded with its sources (saved for the report's curves), replayed at every
+    setting of goose.bench.what_if beside a real run at it; the rows go to what-if-check.jsonl."""
     text = format_prompt(goose_model.tokenizer, prompt)
-    run = generate(goose_model, text, SpineTree.name, settings.max_new_tokens, settings.budget, record_sources=True,
-                   head=settings.head)
-    run.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt.id)}.json")
+    rows = check_prompt(goose_model, prompt.id, text, settings.max_new_tokens, settings.head,
+                        out_dir / WHAT_IF_FOLDER, budget=settings.budget)
+    append_rows(out_dir / CHECK_FILE, rows)
 
 
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
@@ -218,7 +217,8 @@ def write_results(out_dir: Path, runs: Sequence[BenchRun], meta: dict[str, Any])
     write_summary_csv(out_dir / "summary.csv", summaries)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     traces = [RunRecord.load(path) for path in sorted((out_dir / WHAT_IF_FOLDER).glob("*.json"))]
-    write_report(out_dir / "report.html", runs, summaries, meta, traces)
+    checks = summarize_checks(load_rows(out_dir / CHECK_FILE))
+    write_report(out_dir / "report.html", runs, summaries, meta, traces, checks)
     return summaries
 
 
@@ -262,6 +262,6 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
             append_runs(runs_path, prompt_runs)
             runs.extend(prompt_runs)
             if settings.what_if and not settings.temperature:
-                record_what_if(goose_model, prompt, settings, out_dir / WHAT_IF_FOLDER)
+                check_what_if(goose_model, prompt, settings, out_dir)
     meta["load_average_end"] = os.getloadavg()
     return write_results(out_dir, runs, meta), meta

@@ -56,10 +56,12 @@ class CheckRow:
 
 
 def check_prompt(goose_model: GooseModel, prompt_id: str, text: str, max_new_tokens: int, head: str,
-                 folder: Path, settings_grid: Sequence[dict[str, Any]] = WHAT_IF_SETTINGS) -> list[CheckRow]:
-    """Record goose at its defaults on `text` (saved under `folder`), replay it at every setting and run each."""
+                 folder: Path, settings_grid: Sequence[dict[str, Any]] = WHAT_IF_SETTINGS,
+                 budget: int | None = None) -> list[CheckRow]:
+    """Record goose on `text` (at `budget`, auto by default; saved under `folder`), replay it at every setting
+    and run each for real."""
     folder.mkdir(parents=True, exist_ok=True)
-    recorded = generate(goose_model, text, SpineTree.name, max_new_tokens, record_sources=True, head=head)
+    recorded = generate(goose_model, text, SpineTree.name, max_new_tokens, budget, record_sources=True, head=head)
     recorded.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt_id)}.json")
     rows = []
     for settings in settings_grid:
@@ -121,16 +123,23 @@ def summarize_checks(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
     return table
 
 
+CHECK_HEADER = ["setting", "prompts", "τ replayed", "τ real", "error", "worst prompt", "speed-up estimated",
+                "speed-up measured", "error", "same tokens"]
+
+
+def check_cells(summary: dict[str, Any]) -> list[str]:
+    """One setting's summary as the cells of CHECK_HEADER."""
+    return [summary["setting"], str(summary["prompts"]), f"{summary['tau_estimate']:.2f}",
+            f"{summary['tau_real']:.2f}", f"{100 * summary['tau_error']:+.1f}%",
+            f"{100 * summary['worst_prompt_tau_error']:.1f}%", f"{summary['speedup_estimate']:.2f}x",
+            f"{summary['speedup_real']:.2f}x", f"{100 * summary['speedup_error']:+.1f}%",
+            "yes" if summary["same_tokens"] else "no"]
+
+
 def markdown_table(summary: Sequence[dict[str, Any]]) -> str:
     """The summary as a Markdown table (for docs/METHOD.md and closing notes)."""
-    lines = ["| setting | prompts | τ replayed | τ real | error | worst prompt | speed-up estimated | "
-             "speed-up measured | error | same tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for s in summary:
-        lines.append(f"| {s['setting']} | {s['prompts']} | {s['tau_estimate']:.2f} | {s['tau_real']:.2f} | "
-                     f"{100 * s['tau_error']:+.1f}% | {100 * s['worst_prompt_tau_error']:.1f}% | "
-                     f"{s['speedup_estimate']:.2f}x | {s['speedup_real']:.2f}x | {100 * s['speedup_error']:+.1f}% | "
-                     f"{'yes' if s['same_tokens'] else 'no'} |")
-    return "\n".join(lines)
+    rows = [CHECK_HEADER, ["---"] * len(CHECK_HEADER), *(check_cells(s) for s in summary)]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
