@@ -5,23 +5,33 @@ one is present (goose.load_model picks it). The operator's policy comes from
 GOOSE_* environment variables (GOOSE_MODELS, GOOSE_ALLOW_ANY_MODEL,
 GOOSE_MAX_MODELS, GOOSE_MODEL_FACTORIES; GOOSE_MAX_PROMPT_TOKENS,
 GOOSE_MAX_NEW_TOKENS, GOOSE_MAX_BUDGET, GOOSE_MAX_RUN_SECONDS; see the README).
-The first offered model starts loading in the background so the first click
-does not wait for all of it.
+The server opens only once the first offered model is loaded and warm (head
+choice, cost table, a short run of every method), so the first visitor's run
+is as fast as the third. On a ZeroGPU Space the main process has no GPU: it
+loads every offered model (ZeroGPU moves them to the GPU of each call) and each
+GPU call warms its own worker (see app/gpu.py).
 """
 
 from __future__ import annotations
 
-import os
+from app import gpu
 
-from app.limits import Limits
-from app.models import ModelRegistry
-from app.ui import build_app
+gpu.import_spaces()  # on ZeroGPU, `spaces` must patch torch before anything touches CUDA
+
+import logging  # noqa: E402
+import os  # noqa: E402
+
+from app.limits import Limits  # noqa: E402
+from app.models import ModelRegistry  # noqa: E402
+from app.ui import build_app  # noqa: E402
 
 registry = ModelRegistry.from_env()
 demo = build_app(registry, limits=Limits.from_env())
 
 if __name__ == "__main__":
-    registry.preload(next(iter(registry.choices), None))
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("app").setLevel(logging.INFO)
+    registry.before_launch(zero_gpu=gpu.on_zero_gpu())
     port = os.environ.get("GRADIO_SERVER_PORT") or os.environ.get("PORT")
     demo.queue(default_concurrency_limit=1).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME"), server_port=int(port) if port else None)

@@ -26,18 +26,21 @@ from app.limits import STOPPED, TIME_LIMIT, Limits, RunGuard, StopSwitches
 from app.models import ModelNotAllowedError, ModelRegistry, canonical_name
 from app.race_lanes import lanes_iframe
 from app.race_trace import is_race, race_from_dict, save_race
-from app.tokens import TOKEN_KINDS, token_spans
+from app.tokens import PREFILL, TOKEN_KINDS, token_spans
 from app.tree_view import tree_iframe
 from goose import charts, metrics
 from goose.assets import ASSETS
 from goose.config import parse_budget as parse_budget_text
+from goose.drafters import Balanced, SpineTree
 from goose.trace import RunRecord
+from goose.tree import BRANCH, SPINE
 
 DEFAULT_LIMITS = Limits()
 MAX_BUDGET = DEFAULT_LIMITS.max_budget
 MAX_NEW_TOKENS = DEFAULT_LIMITS.max_new_tokens
 STOPS = StopSwitches()  # the Stop switch of every session of this server process
-RACE_METHODS = ("autoregressive", "balanced", "goose")  # always raced: the baseline, the control and the spine tree
+# always raced: the baseline, the control (isotropic tree) and the spine tree
+RACE_METHODS = (metrics.BASELINE, Balanced.name, SpineTree.name)
 
 
 def extra_race_methods() -> list[str]:
@@ -95,10 +98,11 @@ def check_prompt_tokens(model: goose.GooseModel, prompt: str, limit: int) -> Non
 
 
 def get_model(registry: ModelRegistry, name: str | None) -> goose.GooseModel:
-    """The named model from the shared cache, with load failures turned into messages in the page."""
+    """The named model from the shared cache, warmed in this process before its first run (see
+    app.models.warm), with load failures turned into messages in the page."""
     check_model_allowed(registry, name)
     try:
-        return registry.get(name)
+        return registry.get_warm(name)
     except goose.ModelLoadError as error:
         raise gr.Error(str(error), title="Unknown model") from error
     except goose.UnsupportedModelError as error:
@@ -137,7 +141,7 @@ def text_html(run: RunRecord | None) -> str:
     parts = []
     for text, kind, step in token_spans(run):
         colour, meaning = TOKEN_KINDS[kind]
-        where = "prefill" if step is None else f"step {step}"
+        where = PREFILL if step is None else f"step {step}"
         parts.append(f'<span class="tok tok-{kind}" title="{html.escape(f"{where}: {meaning}", quote=True)}" '
                      f'style="background:{colour}33;border-bottom:3px solid {colour};border-radius:2px">'
                      f'{html.escape(text)}</span>')
@@ -251,10 +255,14 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
     check_model_allowed(registry, model_name)
-    if not registry.is_loaded(model_name):
+    if not registry.is_warm(model_name):
         name = canonical_name(model_name)
-        note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
-        yield gr.skip(), stats_html(None, f"Loading {name}…{note}"), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        if registry.is_loaded(model_name):
+            status = f"Warming {name} up (once: head choice, cost table, a short run of each method)…"
+        else:
+            note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
+            status = f"Loading {name}…{note}"
+        yield gr.skip(), stats_html(None, status), gr.skip(), gr.skip(), gr.skip(), gr.skip()
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
@@ -306,7 +314,7 @@ def replay(path: str | None) -> tuple:
         runs = race_from_dict(data)
     except ValueError as error:
         raise gr.Error(f"This file is not a Goose trace: {error}") from error
-    shown = runs.get("goose") or next(reversed(runs.values()))
+    shown = runs.get(SpineTree.name) or next(reversed(runs.values()))
     return (*view_run(shown, f"race of {', '.join(runs)} on {shown.model}: showing {shown.method}"),
             lanes_iframe(runs))
 
@@ -337,7 +345,7 @@ def race_table(runs: dict[str, RunRecord]) -> pd.DataFrame:
     """One row of numbers per method, every one from goose.metrics (the bench's summary reads the same)."""
     rows = []
     for m in metrics.race_metrics(runs):
-        rates = [m.acceptance.get(source) for source in ("spine", "branch")]
+        rates = [m.acceptance.get(source) for source in (SPINE, BRANCH)]
         rows.append([m.method, m.new_tokens, m.forward_passes, _rounded(m.tau, 2), round(m.tokens_per_s, 1),
                      round(m.wall_s, 2), _rounded(m.speedup_pooled, 2), _rounded(m.mean_accepted_length, 2),
                      *("–" if r is None else f"{r:.1%}" for r in rates),
@@ -402,9 +410,9 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     head = head_kind(full_head)
-    _start(model, prompt, "autoregressive", limit, nodes, head=head)  # checks the input once, before any work
+    _start(model, prompt, metrics.BASELINE, limit, nodes, head=head)  # checks the input once, before any work
     progress(0.02, desc="warming up")
-    goose.generate(model, prompt, "autoregressive", 2, head=head)  # builds the head once, outside every racer
+    goose.generate(model, prompt, metrics.BASELINE, 2, head=head)  # builds the head once, outside every racer
     runs: dict[str, RunRecord] = {}
     guard = RunGuard(STOPS, session, limits.max_run_s)
     try:

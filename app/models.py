@@ -4,7 +4,9 @@ Loading the embedded model takes seconds (minutes the very first time), so every
 tab must reuse one copy, and two tabs asking at once must not load it twice. On
 a public server the operator lists the models visitors may use (GOOSE_MODELS);
 anything else is refused before a byte is downloaded, and at most
-GOOSE_MAX_MODELS models besides the embedded one stay in memory.
+GOOSE_MAX_MODELS models besides the embedded one stay in memory. A model is
+warmed before its first run (`warm`), so the first visitor's clock does not
+hold what every model pays once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import importlib
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
@@ -22,6 +25,11 @@ import torch
 import goose
 
 DEFAULT_ALIASES = ("", goose.DEFAULT_MODEL)
+WARM_PROMPT = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+               "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n")
+WARM_TOKENS = 12
+_WARM = "_app_warm"  # set on a GooseModel once this process has warmed it
+log = logging.getLogger(__name__)
 
 
 class ModelNotAllowedError(goose.ModelLoadError):
@@ -32,6 +40,23 @@ def canonical_name(name: str | None) -> str:
     """The registry key of a model name: blank and "gemma-3-270m" both mean the embedded default."""
     name = (name or "").strip()
     return goose.DEFAULT_MODEL if name in DEFAULT_ALIASES else name
+
+
+def warm(model: goose.GooseModel) -> bool:
+    """Pay, outside any visitor's clock, what a model's first run in this process pays once: the head
+    choice (timed per model), the verification cost table (measured once per device, then read from
+    disk), each method's budget tuner, the packed weights and the kernels' first calls — one short run
+    of every method with the default head, sources recorded as Explore does. False when already warm."""
+    if model.__dict__.get(_WARM):
+        return False
+    for method in goose.METHODS:
+        goose.generate(model, WARM_PROMPT, method, WARM_TOKENS, record_sources=True)
+    model.__dict__[_WARM] = True
+    return True
+
+
+def is_warm(model: goose.GooseModel) -> bool:
+    return bool(model.__dict__.get(_WARM))
 
 
 class ModelRegistry:
@@ -124,6 +149,46 @@ class ModelRegistry:
             self._models.move_to_end(key)
             return self._models[key]
 
+    def is_warm(self, name: str | None) -> bool:
+        """Whether the model is loaded and warmed in this process (so a run starts at once)."""
+        with self._lock:
+            model = self._models.get(canonical_name(name))
+        return model is not None and is_warm(model)
+
+    def get_warm(self, name: str | None) -> goose.GooseModel:
+        """`get`, then `warm` the model if this process has not yet (under the load lock: one warm-up at a time)."""
+        model = self.get(name)
+        with self._lock:
+            warm(model)
+        return model
+
+    def warm_up(self, name: str | None = None, run: bool = True) -> None:
+        """Load a model, and warm it unless `run` is False, before the server accepts visitors, saying so in the
+        log; a failure is logged (and shown again in the page when someone asks for the model)."""
+        key, doing = canonical_name(name), "warming up" if run else "loading"
+        what = " (load, head choice, cost table, a short run of each method)" if run else ""
+        log.info("%s %s before the first visitor%s…", doing, key, what)
+        start = time.perf_counter()
+        try:
+            self.get_warm(name) if run else self.get(name)
+        except (goose.ModelLoadError, goose.UnsupportedModelError, OSError) as error:
+            log.warning("%s %s failed: %s", doing, key, error)
+            return
+        log.info("%s is %s after %.1f s", key, "warm" if run else "loaded",
+                 time.perf_counter() - start)
+
+    def before_launch(self, zero_gpu: bool = False) -> None:
+        """What the server does before it opens: load and warm the first offered model; on ZeroGPU, load (and
+        do not run: the main process has no GPU) every offered model that fits in max_models, since ZeroGPU
+        moves to the GPU only what the main process loaded before the launch."""
+        if not zero_gpu:
+            self.warm_up(next(iter(self.choices), None))
+            return
+        others = [name for name in self.choices if name != goose.DEFAULT_MODEL][:self.max_models]
+        for name in self.choices:
+            if name == goose.DEFAULT_MODEL or name in others:
+                self.warm_up(name, run=False)
+
     def _evict_for_one_more(self) -> None:
         """Free least recently used unpinned models until one more fits in max_models."""
         evictable = [k for k in self._models if k not in self._pinned]
@@ -131,20 +196,7 @@ class ModelRegistry:
         for key in freed:
             del self._models[key]
         if freed:
-            logging.getLogger(__name__).info("freed %s to stay within %d models", ", ".join(freed), self.max_models)
+            log.info("freed %s to stay within %d models", ", ".join(freed), self.max_models)
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-
-    def preload(self, name: str | None = None) -> threading.Thread:
-        """Start loading a model in the background so the first click does not wait for it."""
-        def load() -> None:
-            try:
-                self.get(name)
-            except (goose.ModelLoadError, goose.UnsupportedModelError, OSError) as error:
-                # shown again, in the page, when someone asks for this model
-                logging.getLogger(__name__).warning("preloading %s failed: %s", canonical_name(name), error)
-
-        thread = threading.Thread(target=load, name="goose-preload", daemon=True)
-        thread.start()
-        return thread

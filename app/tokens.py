@@ -5,14 +5,16 @@ The coloured text of Explore and the race lanes both read a run through these.
 
 from __future__ import annotations
 
-from app.tree_view import BONUS_COLOUR, SOURCE_COLOURS
+from app.tree_view import BONUS, BONUS_COLOUR, SOURCE_COLOURS
 from goose.trace import RunRecord
+from goose.tree import BRANCH, SPINE
 
+PREFILL = "prefill"  # the first generated token's kind: the prefill pass chose it
 TOKEN_KINDS = {
-    "spine": (SOURCE_COLOURS["spine"], "accepted from the spine (context match)"),
-    "branch": (SOURCE_COLOURS["branch"], "accepted from a branch (adjacency table)"),
-    "bonus": (BONUS_COLOUR, "bonus token (chosen by the target model)"),
-    "prefill": ("#9ca3af", "first token, from the prefill pass"),
+    SPINE: (SOURCE_COLOURS[SPINE], "accepted from the spine (context match)"),
+    BRANCH: (SOURCE_COLOURS[BRANCH], "accepted from a branch (adjacency table)"),
+    BONUS: (BONUS_COLOUR, "bonus token (chosen by the target model)"),
+    PREFILL: ("#9ca3af", "first token, from the prefill pass"),
 }
 
 
@@ -21,10 +23,10 @@ def token_spans(run: RunRecord) -> list[tuple[str, str, int | None]]:
     if not run.tokens:
         return []
     first = run.steps[0].nodes[0].text if run.steps else run.text
-    spans: list[tuple[str, str, int | None]] = [(first, "prefill", None)]
+    spans: list[tuple[str, str, int | None]] = [(first, PREFILL, None)]
     for step in run.steps:
         drafted = [(step.nodes[i].text, step.nodes[i].source) for i in step.accepted]
-        made = drafted + [(step.bonus_text, "bonus")]
+        made = drafted + [(step.bonus_text, BONUS)]
         spans.extend((text, kind, step.index) for text, kind in made[:len(step.committed)])
     return spans
 

@@ -19,11 +19,13 @@ from pyvis.network import Network
 
 from goose.charts import SOURCE_COLOURS
 from goose.trace import StepRecord
+from goose.tree import BRANCH, ROOT, SPINE
 
+BONUS = "bonus"  # the bonus token's kind: chosen by the target model after the accepted path, never drafted
 BONUS_COLOUR = "#10b981"
 ACCEPTED_BORDER = "#111827"
 FADED_OPACITY = 0.28
-SOURCE_NAMES = {"root": "root (anchor)", "spine": "spine (context match)", "branch": "branch (adjacency table)"}
+SOURCE_NAMES = {ROOT: "root (anchor)", SPINE: "spine (context match)", BRANCH: "branch (adjacency table)"}
 
 _REMOTE_TAG = re.compile(
     r"<script[^>]*\bsrc\s*=\s*[\"']https?://[^>]*>\s*</script>|<link[^>]*\bhref\s*=\s*[\"']https?://[^>]*/?>",
@@ -85,7 +87,7 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
     for index, node in enumerate(step.nodes):
         colour = SOURCE_COLOURS.get(node.source, "#9ca3af")
         accepted = index in on_path
-        background = colour if accepted or node.status == "root" else _fade(colour, FADED_OPACITY)
+        background = colour if accepted or node.source == ROOT else _fade(colour, FADED_OPACITY)
         net.add_node(index, label=visible_text(node.text), title=_tooltip(step, index, texts), level=node.depth,
                      shape="box", borderWidth=4 if accepted else 1,
                      color={"background": background, "border": ACCEPTED_BORDER if accepted else colour},
@@ -97,8 +99,8 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
                      color=ACCEPTED_BORDER if accepted else _fade("#6b7280", 0.5))
     last = step.path[-1]
     bonus = len(step.nodes)
-    net.add_node(bonus, label=visible_text(step.bonus_text), shape="ellipse", borderWidth=4, source="bonus",
-                 status="bonus",
+    net.add_node(bonus, label=visible_text(step.bonus_text), shape="ellipse", borderWidth=4, source=BONUS,
+                 status=BONUS,
                  level=step.nodes[last].depth + 1,
                  title=f"bonus token {step.bonus_text!r} (token {step.bonus_token})\n"
                        "chosen by the target model after the last accepted node; always committed",

@@ -17,9 +17,11 @@ import gradio as gr
 
 import goose
 from app import callbacks, lab
+from app.gpu import on_gpu
 from app.limits import Limits
 from app.models import ModelRegistry
 from app.race_lanes import lanes_iframe
+from goose.drafters import SpineTree
 
 INTRO = """# Goose — speculative decoding with spine trees
 Each step drafts a **tree** of guesses from two free sources — the **spine** (tokens copied from an earlier
@@ -32,6 +34,7 @@ MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging F
               "(a causal LM with eager or sdpa attention).")
 OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_MODELS)."
 RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
+GPU_MARGIN_S = 30  # a GPU call's time beyond the run's limit: warming a fresh ZeroGPU worker, drawing the trees
 FULL_HEAD_LABEL = "Textbook float32 LM head"
 FULL_HEAD_INFO = ("Off: every method uses the fastest exact head on this machine (the float32 argmax through an "
                   "int8 or a bf16 screen, or plain float32). On: every method, the baseline too, uses the full "
@@ -112,11 +115,16 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     model_queue = {"concurrency_limit": 1, "concurrency_id": "model"}
     instant = {"concurrency_limit": None, "show_progress": "hidden"}
 
+    # On a ZeroGPU Space each run holds a GPU for at most its time limit plus the margin (app/gpu.py).
+    gpu = on_gpu(duration=int(limits.max_run_s) + GPU_MARGIN_S)
+
+    @gpu
     def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
                     top_k: float, top_p: float, seed: str, full_head: bool, request: gr.Request):
         yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
                                      seed, full_head, session_of(request), limits=limits)
 
+    @gpu
     def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, full_head: bool,
                  request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
         return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
@@ -141,7 +149,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                     elem_id="explore-examples")
                     with gr.Column(scale=2):
                         model = model_box(registry, default_model, "explore-model")
-                        method = gr.Dropdown(list(goose.METHODS), value="goose", label="Method",
+                        method = gr.Dropdown(list(goose.METHODS), value=SpineTree.name, label="Method",
                                              elem_id="explore-method")
                         budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                              label="Node budget per tree",

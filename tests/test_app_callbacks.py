@@ -246,3 +246,45 @@ def test_the_app_builds(registry: ModelRegistry) -> None:
     from app.ui import build_app
 
     assert isinstance(build_app(registry, "tiny-llama"), gr.Blocks)
+
+
+def test_a_model_is_warmed_once_before_its_first_run_with_every_method(monkeypatch, caplog) -> None:
+    registry = ModelRegistry(loader=lambda name: tiny_llama(1), allowed=[goose.DEFAULT_MODEL, "other"])
+    ran = []
+    real_generate = goose.generate
+    monkeypatch.setattr(goose, "generate", lambda model, prompt, method, *a, **k: ran.append(method) or
+                        real_generate(model, prompt, method, *a, **k))
+    with caplog.at_level("INFO", logger="app.models"):
+        registry.before_launch()
+    assert ran == list(goose.METHODS) and registry.is_warm("")
+    assert not registry.is_loaded("other"), "only the first offered model is loaded before the launch"
+    before, after = [r.getMessage() for r in caplog.records]
+    assert "warming up gemma-3-270m" in before and re.search(r"gemma-3-270m is warm after \d+\.\d s", after)
+    callbacks.get_model(registry, "")
+    assert len(ran) == len(goose.METHODS), "a warm model is not warmed again"
+    callbacks.get_model(registry, "other")
+    assert len(ran) == 2 * len(goose.METHODS), "a model loaded later is warmed before its first run"
+
+
+def test_on_zero_gpu_the_main_process_loads_the_offered_models_and_runs_none(monkeypatch) -> None:
+    registry = ModelRegistry(loader=lambda name: tiny_llama(1), allowed=["a", goose.DEFAULT_MODEL, "b", "c"],
+                             max_models=2)
+    monkeypatch.setattr(goose, "generate", lambda *a, **k: pytest.fail("no run in ZeroGPU's main process"))
+    registry.before_launch(zero_gpu=True)
+    assert registry.loaded() == ["a", goose.DEFAULT_MODEL, "b"] and not registry.is_warm("a")
+
+
+def test_make_traces_refuses_a_busy_machine_unless_forced(monkeypatch, capsys) -> None:
+    from app import make_traces
+
+    recorded = []
+    monkeypatch.setattr(make_traces, "record", lambda: recorded.append(True))
+    monkeypatch.setattr(make_traces.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert make_traces.main([]) == 1 and not recorded
+    assert "load average over the last minute is 9.00" in capsys.readouterr().err
+    assert make_traces.main(["--force"]) == 0 and recorded == [True]
+    monkeypatch.setattr(make_traces.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(make_traces, "cpu_share", lambda seconds=1.0: 0.4)
+    assert make_traces.main([]) == 1 and "40%" in capsys.readouterr().err
+    monkeypatch.setattr(make_traces, "cpu_share", lambda seconds=1.0: 0.97)
+    assert make_traces.main([]) == 0 and recorded == [True, True]

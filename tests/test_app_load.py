@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -163,6 +164,13 @@ def _visitor(server: Server, index: int) -> list[tuple[str, tuple, object]]:
         except AppError as error:
             results.append((kind, args, error))
     return results
+
+
+def test_the_server_warms_its_first_model_before_it_opens(server: Server) -> None:
+    log = server.tail()  # the server answers: whatever it logged before the launch is here
+    before = re.search(r"warming up tiny-gemma3 before the first visitor", log)
+    after = re.search(r"tiny-gemma3 is warm after \d+\.\d s", log)
+    assert before and after and before.start() < after.start(), log
 
 
 def test_many_visitors_at_once_get_the_library_output_or_their_error(server: Server, models) -> None:

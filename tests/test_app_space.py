@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import re
+import sys
+import types
 import weakref
 
 import gradio as gr
@@ -13,6 +16,7 @@ from tiny import slow_tiny_gemma3, tiny_llama
 
 import goose
 from app import callbacks
+from app.gpu import ZERO_GPU_ENV, on_gpu, on_zero_gpu
 from app.limits import STOPPED, TIME_LIMIT, Limits
 from app.models import ModelNotAllowedError, ModelRegistry
 from app.race_lanes import lane_data, lanes_iframe, lanes_page
@@ -137,7 +141,8 @@ def test_stop_ends_the_run_within_one_step_and_the_next_run_works(registry: Mode
     text, stats, run, slider, tree, download = list(updates)[-1]
     assert run.stop_reason == STOPPED and "stopped after" in stats
     assert len(run.steps) == 1, "the run must end right after the step in flight"
-    assert "tok-" in text and tree.startswith("<iframe") and slider.maximum >= 0
+    assert "tok-" in text and tree.startswith("<iframe")
+    assert (slider.maximum, slider.value, slider.interactive) == (1, 0, False), "one step: nothing to scrub"
     assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
     again = list(callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 24, session="visitor"))[-1][2]
     assert again.stop_reason == "max_new_tokens" and again.totals.new_tokens == 24
@@ -242,3 +247,51 @@ def test_the_page_names_its_api_and_shows_the_limits(registry: ModelRegistry) ->
     assert any("77 new tokens" in str(c.get("props", {}).get("value", "")) for c in config["components"])
     dropdowns = [c for c in config["components"] if c.get("props", {}).get("elem_id") == "explore-model"]
     assert dropdowns[0]["type"] == "dropdown" and dropdowns[0]["props"]["choices"][0][0] == "tiny-llama"
+    sliders = {c["props"]["elem_id"]: c["props"] for c in config["components"]
+               if c.get("props", {}).get("elem_id") in ("explore-max-new", "race-max-new")}
+    assert {name: (s["maximum"], s["value"]) for name, s in sliders.items()} == {
+        "explore-max-new": (77, 64), "race-max-new": (77, 64)}, "the sliders stop at GOOSE_MAX_NEW_TOKENS"
+    small = build_app(registry, "tiny-llama", Limits(max_new_tokens=20)).get_config_file()
+    assert [c["props"]["maximum"] for c in small["components"]
+            if c.get("props", {}).get("elem_id") == "explore-max-new"] == [20]
+
+
+# ---------------------------------------------------------------- GPU Spaces
+
+def _plain() -> str:
+    return "ran here"
+
+
+def test_on_gpu_is_a_no_op_off_zero_gpu(monkeypatch) -> None:
+    monkeypatch.delenv(ZERO_GPU_ENV, raising=False)
+    assert not on_zero_gpu() and on_gpu(duration=5)(_plain) is _plain
+    monkeypatch.setenv(ZERO_GPU_ENV, "false")
+    assert on_gpu(duration=5)(_plain) is _plain
+    monkeypatch.setenv(ZERO_GPU_ENV, "true")
+    monkeypatch.setitem(sys.modules, "spaces", None)  # ZeroGPU said, but the package is absent
+    assert on_zero_gpu() and on_gpu(duration=5)(_plain) is _plain
+
+
+def test_the_spaces_package_itself_leaves_functions_alone_off_zero_gpu(monkeypatch) -> None:
+    spaces = pytest.importorskip("spaces")
+    monkeypatch.setattr(spaces.zero.decorator.Config, "zero_gpu", False)
+    assert spaces.GPU(duration=5)(_plain) is _plain
+
+
+def test_on_zero_gpu_the_runs_are_wrapped_with_spaces_gpu_for_their_time_limit(monkeypatch, registry) -> None:
+    from app.ui import GPU_MARGIN_S, build_app
+
+    durations = []
+
+    def gpu(duration=None):
+        durations.append(duration)
+        return lambda function: functools.update_wrapper(lambda *a, **k: ("on the GPU", function(*a, **k)),
+                                                         function)
+
+    monkeypatch.setenv(ZERO_GPU_ENV, "1")
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=gpu))
+    assert on_gpu(duration=90)(_plain)() == ("on the GPU", "ran here") and durations == [90]
+    durations.clear()
+    demo = build_app(registry, "tiny-llama", Limits(max_run_s=12.5))
+    assert durations == [12 + GPU_MARGIN_S, 12 + GPU_MARGIN_S], "Explore and Race, each for its time limit"
+    assert {"explore", "race"} <= {fn.api_name for fn in demo.fns.values()}
