@@ -42,6 +42,31 @@ def _kernels_exist() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def _product(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+
+
+_single_row_apart: dict[tuple, bool] = {}  # (out, in, bias, threads) -> oneDNN rounds a lone row its own way
+
+
+@torch.no_grad()
+def single_row_apart(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether oneDNN computes a 1-row call with another kernel than a call of several rows, for this weight's
+    shape on this CPU (probed once per shape and thread count). Measured: on an AVX-512 Xeon the 2048 -> 640
+    projection of the embedded model rounds a lone row differently, every other shape and row count agrees;
+    on an AVX2 EPYC none did. Such a weight gets its lone rows computed as a pair (the same row twice), so every
+    row still rounds as it would among others."""
+    key = (*weight.shape, bias is not None, torch.get_num_threads())
+    if key not in _single_row_apart:
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(8, weight.shape[1], generator=generator)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
+        together = _product(x, packed, bias)
+        alone = torch.cat([_product(x[i:i + 1], packed, bias) for i in range(len(x))])
+        _single_row_apart[key] = not torch.equal(alone, together)
+    return _single_row_apart[key]
+
+
 class _PackedWeight:
     """oneDNN's layout of one Linear's weight, re-made when the weight changes (in place or replaced)."""
 
@@ -49,6 +74,7 @@ class _PackedWeight:
         self.linear = linear
         self.key: tuple[int, int] | None = None
         self.weight: torch.Tensor | None = None
+        self.pair_single_rows = False
 
     @torch.no_grad()
     def current(self) -> torch.Tensor:
@@ -56,6 +82,7 @@ class _PackedWeight:
         key = (weight.data_ptr(), weight._version)
         if key != self.key:
             self.weight, self.key = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT), key
+            self.pair_single_rows = single_row_apart(weight, self.linear.bias)
         return self.weight
 
 
@@ -63,7 +90,12 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if not getattr(_state, "active", False) or x.dtype != torch.float32 or x.device.type != "cpu":
         return F.linear(x, self.weight, self.bias)
     rows = x.reshape(-1, x.shape[-1])
-    out = torch.ops.mkldnn._linear_pointwise(rows, self._goose_packed.current(), self.bias, "none", [], "")
+    packed = self._goose_packed
+    weight = packed.current()
+    if len(rows) == 1 and packed.pair_single_rows:
+        out = _product(rows.repeat(2, 1), weight, self.bias)[:1]
+    else:
+        out = _product(rows, weight, self.bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
