@@ -1,27 +1,44 @@
-"""The Lab tab: change a step's tree shape and see at once what it would have accepted (goose.whatif).
+"""The Lab tab: change a step's tree shape and see at once what it would have accepted (goose.whatif),
+what the whole run would have done, and check that estimate against a real run of the model.
 
 Works on any run recorded with source snapshots (a fresh Explore run, or a
-Replay trace): no model is needed, every tree is rebuilt from the snapshot and
-scored against the continuation the step revealed. The callbacks are plain
-functions from inputs to outputs; `lab_tab` lays the tab out and wires them.
+Replay trace): no model is needed for the estimates, every tree is rebuilt from
+the snapshot and scored against the continuation the step revealed. The device
+the run was recorded on shows as its cost curve (seconds per verification pass
+vs tree size) beside the shipped curves of other devices (assets/costs). "Check
+with a real run" runs the model at the chosen setting on the run's prompt and
+draws the measurement beside the estimate. The callbacks are plain functions
+from inputs to outputs; `lab_tab` lays the tab out and wires them.
 """
 
 from __future__ import annotations
 
 import html
+import json
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 import plotly.graph_objects as go
 
+from app.callbacks import DEFAULT_LIMITS, NO_PROGRESS, STOPS, get_model
+from app.limits import STOPPED, Limits, RunGuard
+from app.models import ModelNotAllowedError, ModelRegistry
 from app.tree_view import tree_iframe, visible_text
-from goose import charts
+from goose import charts, metrics
+from goose.assets import ASSETS
 from goose.config import GooseConfig
-from goose.drafters import METHODS
+from goose.costs import interpolate_cost
+from goose.drafters import METHODS, Balanced, SpineTree
+from goose.model import GooseModel
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.whatif import NoSnapshotError, RunWhatIf, WhatIf, run_what_if, sweep, what_if
 
 SWEEP_BUDGETS = (4, 8, 12, 16, 24, 32, 48, 64)
+SWEEP_METHODS = (SpineTree.name, Balanced.name)
+COSTS = ASSETS / "costs"  # cost curves of other devices, shipped as JSON (label, device, model, source, points)
+THIS_DEVICE = "this run's device"
+Measurements = dict[str, dict[int, tuple[float, float | None]]]  # method -> base budget -> measured (τ, speed-up)
 TREE_HEIGHT = 520
 NO_RUN = "Open a run here: generate one in **Explore**, or open a trace in **Replay**, then press *Open in Lab*."
 
@@ -97,15 +114,77 @@ def verdict_html(run: RunRecord, step: StepRecord, result: WhatIf) -> str:
 
 
 def run_chart(run: RunRecord, result: RunWhatIf) -> go.Figure:
-    """Accepted length per step, real vs the chosen setting (hollow markers: not exact)."""
-    return charts.what_if_steps_chart(result.real, result.accepted, [r.exact for r in result.steps],
-                                      run.totals.tau, result.tau)
+    """Accepted length per step, real vs the chosen setting (each over its own steps)."""
+    return charts.what_if_steps_chart(run.accepted_lengths, result.accepted, None, run.totals.tau, result.tau,
+                                      result.method)
 
 
-def sweep_chart(run: RunRecord) -> go.Figure:
-    """Counterfactual τ and estimated speed-up vs base budget, for goose and balanced, over the whole run."""
-    curves = sweep([run], methods=("goose", "balanced"), budgets=SWEEP_BUDGETS, spine_shares=())
-    return charts.budget_sweep_chart(curves["budget"])
+def replay_whole(run: RunRecord, settings: dict[str, Any]) -> RunWhatIf:
+    """The whole run replayed at `settings`; the run's own settings replay the recorded run, step for step."""
+    config = GooseConfig.from_dict(run.config)
+    own = (settings.get("method") == run.method and "budget" not in settings
+           and all(getattr(config, name) == value for name, value in settings.items() if name != "method"))
+    return run_what_if(run) if own else run_what_if(run, **settings)
+
+
+def estimates(run: RunRecord) -> dict[str, Any] | None:
+    """The budget sweep's estimated curves ({method: [(budget, τ, speed-up)]}); None when the run holds too
+    little to replay it whole."""
+    try:
+        return sweep([run], methods=SWEEP_METHODS, budgets=SWEEP_BUDGETS, spine_shares=())["budget"]
+    except NoSnapshotError:
+        return None
+
+
+def best_budget(points: list[tuple[int, float, float | None]]) -> int | None:
+    """The budget of the highest estimated speed-up (most accepted tokens per second), the smallest of equals;
+    None without costs."""
+    rated = [(speedup, -budget) for budget, _, speedup in points if speedup is not None]
+    return -max(rated)[1] if rated else None
+
+
+def sweep_chart(curves: dict[str, Any] | None, measured: Measurements | None = None) -> go.Figure | None:
+    """Estimated τ and speed-up vs base budget (lines, best budget starred) and the real runs checked
+    so far (diamonds)."""
+    if curves is None:
+        return None
+    best = {method: budget for method, points in curves.items() if (budget := best_budget(points)) is not None}
+    real = {method: [(b, tau, speedup) for b, (tau, speedup) in sorted(by_budget.items())]
+            for method, by_budget in (measured or {}).items()}
+    return charts.budget_sweep_chart(curves, measured=real, best=best)
+
+
+def reference_costs() -> dict[str, dict[int, float]]:
+    """The cost curves shipped in assets/costs: label -> tree nodes -> seconds per verification pass."""
+    curves = {}
+    for path in sorted(COSTS.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        curves[data["label"]] = {int(n): float(s) for n, s in data["points"].items()}
+    return curves
+
+
+def cost_chart(run: RunRecord | None, curves: dict[str, Any] | None, normalised: bool = False,
+               method: str = SpineTree.name) -> go.Figure | None:
+    """The run's device as its cost curve beside the shipped ones, in ms or relative to one node, with the
+    budget that maximises the estimated speed-up of `method` (goose when it was not swept) marked."""
+    if run is None:
+        return None
+    costs = {THIS_DEVICE: run.costs} if run.costs else {}
+    costs.update(reference_costs())
+    if normalised:
+        costs = {name: {n: s / interpolate_cost(table, 1) for n, s in table.items()} for name, table in costs.items()}
+    points = (curves or {}).get(method) or (curves or {}).get(SpineTree.name) or []
+    best = best_budget(points) if run.costs else None
+    figure = charts.cost_curve_chart(costs, "cost / cost of 1 node" if normalised else "ms per verification pass",
+                                     1.0 if normalised else 1e3, best, log_y=not normalised)
+    if not run.costs:
+        figure.update_layout(title="The device: this run's trace holds no cost table; other devices shown")
+    return figure
+
+
+def depth_chart(run: RunRecord | None) -> go.Figure | None:
+    """The run's acceptance rate by draft source and depth."""
+    return charts.acceptance_depth_chart(metrics.acceptance_by_source_and_depth(run.steps)) if run else None
 
 
 def cannot_rebuild(run: RunRecord | None) -> str:
@@ -123,20 +202,27 @@ def cannot_rebuild(run: RunRecord | None) -> str:
 
 
 def open_run(run: RunRecord | None) -> tuple:
-    """Take a run into the Lab: state, status, step slider sized to it, the budget sweep, and the shape
+    """Take a run into the Lab: state, status, step slider sized to it, the budget sweep, the cost curve, the
+    acceptance by depth, the estimates (for the cost curve and checks), no measurements yet, and the shape
     controls set to the run's own settings (so the first rebuild is the real tree)."""
     why = cannot_rebuild(run)
     if why:
-        return None, why, gr.Slider(0, 1, value=0, interactive=False), None, *[gr.skip()] * 8
+        return (None, why, gr.Slider(0, 1, value=0, interactive=False), None, cost_chart(run, None),
+                depth_chart(run), None, {}, *[gr.skip()] * 8)
     config = GooseConfig.from_dict(run.config)
+    curves = estimates(run)
     status = (f"{run.method} on {run.model}: {len(run.steps)} steps, τ {run.totals.tau:.2f}. Pick a step and change "
-              "the shape; budget 0 keeps each step's own.")
+              "the shape; budget 0 keeps the run's own.")
+    if curves is None:
+        status += (" This trace holds too little to replay the whole run under other settings (an older format): "
+                   "single steps rebuild, the budget sweep and checks need a fresh run.")
     last = len(run.steps) - 1
     fixed = config.spine_share is not None
-    return (run, status, gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), sweep_chart(run),
-            run.method if run.method in lab_methods() else "goose", 0, fixed,
-            config.spine_share if fixed else 0.5, config.spine_branch_share, config.max_branch_depth,
-            config.branching, config.use_bigram)
+    method = run.method if run.method in lab_methods() else SpineTree.name
+    return (run, status, gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), sweep_chart(curves),
+            cost_chart(run, curves, method=method), depth_chart(run), curves, {},
+            method, 0, fixed, config.spine_share if fixed else 0.5, config.spine_branch_share,
+            config.max_branch_depth, config.branching, config.use_bigram)
 
 
 def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
@@ -148,30 +234,135 @@ def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_s
     settings = settings_from(method, budget, fixed_share, share, rho, depth, branching, bigram)
     try:
         result = what_if(run, step.index, **settings)
-        whole = run_what_if(run, **settings)
     except NoSnapshotError as error:
         return _fail(str(error)), tree_iframe(step, TREE_HEIGHT), tree_iframe(None), None
     except (ValueError, TypeError) as error:
         raise gr.Error(f"These settings cannot be rebuilt: {error}") from error
+    try:
+        chart = run_chart(run, replay_whole(run, settings))
+    except NoSnapshotError:
+        chart = None  # an older trace: its steps rebuild one by one, the whole run does not replay
     rebuilt = tree_iframe(rebuilt_step(run, step, result), TREE_HEIGHT).replace(
         'title="speculation tree', 'title="rebuilt tree', 1)
-    return verdict_html(run, step, result), tree_iframe(step, TREE_HEIGHT), rebuilt, run_chart(run, whole)
+    return verdict_html(run, step, result), tree_iframe(step, TREE_HEIGHT), rebuilt, chart
 
 
-def lab_tab(runs: dict[str, gr.State]) -> None:
-    """Lay out the Lab; `runs` names the states it can open a run from (e.g. Explore's and Replay's)."""
+# ---------------------------------------------------------------- checking the estimate with a real run
+
+def model_for(registry: ModelRegistry, run: RunRecord) -> GooseModel:
+    """The model the run was recorded with, from the app's registry (a registered model by its own name too);
+    gr.Error saying so when this server does not offer it."""
+    for name in registry.loaded():
+        if registry.get(name).name == run.model:
+            return get_model(registry, name)
+    try:
+        registry.check_allowed(run.model)
+    except ModelNotAllowedError:
+        offered = ", ".join(registry.choices) or "none"
+        raise gr.Error(f"This run was recorded with the model {run.model!r}, which this server does not offer "
+                       f"(it offers {offered}). A check runs the run's own model, so it cannot check this run "
+                       "here; the estimates above need no model.", title="Model not offered") from None
+    return get_model(registry, run.model)
+
+
+def _percent(error: float | None) -> str:
+    return "–" if error is None else f"{100 * error:+.1f}%"
+
+
+def _times(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}x"
+
+
+def check_line(label: str, result: RunWhatIf) -> str:
+    """One checked setting: 'estimated τ X, measured Y (error Z%)', and the same for the speed-up."""
+    real = result.measured
+    tau = (f'estimated τ <b class="lab-est-tau">{result.tau:.2f}</b>, measured '
+           f'<b class="lab-real-tau">{real.tau:.2f}</b> (error {_percent(result.tau_error)})')
+    speed = (f"estimated speed-up {_times(result.speedup)}, measured {_times(real.speedup)} "
+             f"(error {_percent(result.speedup_error)})")
+    note = "" if real.same_tokens else ' <span style="color:#b91c1c">(output differs from autoregressive)</span>'
+    return (f'<li class="lab-check-row"><b>{html.escape(label)}</b>: {tau}; {speed}; real run {real.wall_s:.2f} s, '
+            f"{real.tokens_per_s:.1f} tokens/s{note}</li>")
+
+
+def check_html(lines: list[str], note: str = "") -> str:
+    """The checks' verdict: one line per setting run for real, and a note (stopped, skipped budgets)."""
+    tail = f'<div style="color:#92400e">{html.escape(note)}</div>' if note else ""
+    return (f'<div class="lab-check" style="font:14px sans-serif;padding:6px"><ul style="margin:0">{"".join(lines)}'
+            f"</ul>{tail}</div>")
+
+
+def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any] | None,
+          measured: Measurements | None, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
+          depth: Any, branching: Any, bigram: bool, whole_sweep: bool = False, session: str | None = None,
+          progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> tuple:
+    """Run the model at the chosen setting (or, with `whole_sweep`, at every budget of the sweep for the chosen
+    method) on the run's prompt, beside autoregressive decoding, and set each measurement beside its estimate.
+
+    Returns the verdict, the sweep chart with the measurements drawn in, and the measurements. Stop or the
+    server's time limit end the check after the real run in flight; what was measured stays."""
+    if run is None:
+        raise gr.Error("Open a run in the Lab first.")
+    if cannot_rebuild(run) or curves is None:
+        raise gr.Error("This run cannot be replayed whole (see the status above), so there is no estimate to check.")
+    if run.max_new_tokens > limits.max_new_tokens:
+        raise gr.Error(f"This run made up to {run.max_new_tokens} new tokens; this server runs at most "
+                       f"{limits.max_new_tokens} per run.")
+    settings = settings_from(method, budget, fixed_share, share, rho, depth, branching, bigram)
+    if whole_sweep:  # the sweep's own settings: the method at each budget, the shape as the run's
+        todo = [(f"{method}, budget {b}", {"method": method, "budget": b}) for b in SWEEP_BUDGETS]
+    else:
+        own = run.config.get("budget") if not run.config.get("auto_budget") else "auto"
+        todo = [(f"{method}, budget {settings.get('budget', f'{own} (the run’s own)')}", settings)]
+    skipped = [label for label, s in todo if s.get("budget", 0) > limits.max_budget]
+    todo = [(label, s) for label, s in todo if s.get("budget", 0) <= limits.max_budget]
+    progress(0.0, desc=f"loading {run.model}")
+    model = model_for(registry, run)
+    measured = {m: dict(by_budget) for m, by_budget in (measured or {}).items()}
+    lines, notes = [], [f"skipped (over this server's budget limit): {', '.join(skipped)}"] if skipped else []
+    guard = RunGuard(STOPS, session, limits.max_run_s)
+    try:
+        for i, (label, setting) in enumerate(todo):
+            if guard.reason():  # Stop (or the time limit) ends the check between two real runs
+                why = "you pressed Stop" if guard.reason() == STOPPED else "this server's time limit"
+                notes.append(f"stopped ({why}): {len(todo) - i} of {len(todo)} settings not run")
+                break
+            progress((i, len(todo)), desc=f"running {label} (and autoregressive once)", unit="runs")
+            try:
+                result = run_what_if(run, model=model, check=True, **setting)
+            except (ValueError, TypeError) as error:
+                raise gr.Error(f"These settings cannot be checked: {error}") from error
+            lines.append(check_line(label, result))
+            base = setting.get("budget") or (None if run.config.get("auto_budget") else run.config.get("budget"))
+            if base is not None:
+                measured.setdefault(result.method, {})[int(base)] = (result.measured.tau, result.measured.speedup)
+    finally:
+        guard.release()
+    return check_html(lines, "; ".join(notes)), sweep_chart(curves, measured), measured
+
+
+# ---------------------------------------------------------------- layout
+
+def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn: Callable | None = None,
+            arm_fn: Callable | None = None, model_queue: dict[str, Any] | None = None) -> None:
+    """Lay out the Lab; `runs` names the states it can open a run from (e.g. Explore's and Replay's).
+    `check_fn` runs a check (lab.check bound to the app's registry, limits and the visitor's session), `stop_fn`
+    and `arm_fn` press and clear the visitor's Stop switch, `model_queue` is the queue the model runs share;
+    without `check_fn` the tab has no check buttons."""
     gr.Markdown("Change one step's tree shape and see what it **would have accepted**: under greedy decoding "
                 "the step revealed the target's continuation, so any tree rebuilt from the same sources can be "
                 "scored exactly, without the model.")
     lab_run = gr.State(None)
+    lab_curves = gr.State(None)
+    lab_measured = gr.State({})
     with gr.Row(equal_height=True):
         source = gr.Radio(list(runs), value=next(iter(runs)), label="Run from", elem_id="lab-source", scale=3)
         open_button = gr.Button("Open in Lab", variant="primary", elem_id="lab-open", scale=1)
     status = gr.Markdown(NO_RUN, elem_id="lab-status")
     step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, elem_id="lab-step")
     with gr.Row():
-        method = gr.Dropdown(lab_methods(), value="goose", label="Method", elem_id="lab-method")
-        budget = gr.Slider(0, 128, value=0, step=1, label="Base budget (0 = the step's own)", elem_id="lab-budget")
+        method = gr.Dropdown(lab_methods(), value=SpineTree.name, label="Method", elem_id="lab-method")
+        budget = gr.Slider(0, 128, value=0, step=1, label="Base budget (0 = the run's own)", elem_id="lab-budget")
         bigram = gr.Checkbox(True, label="bigram tier", elem_id="lab-bigram")
     with gr.Row():
         fixed_share = gr.Checkbox(False, label="fixed spine share (else the EMA tiers)", elem_id="lab-fixed-share")
@@ -188,8 +379,27 @@ def lab_tab(runs: dict[str, gr.State]) -> None:
             gr.Markdown("**Rebuilt tree** (outlined: what it would have accepted)")
             rebuilt_tree = gr.HTML(tree_iframe(None), elem_id="lab-tree")
     with gr.Row():
+        by_depth = gr.Plot(label="acceptance by source and depth", elem_id="lab-depth-chart")
         chart = gr.Plot(label="accepted length per step", elem_id="lab-run-chart")
-        sweep_plot = gr.Plot(label="budget sweep", elem_id="lab-sweep")
+    gr.Markdown("### The whole run at other budgets, on the device it was recorded on\nEstimated from the run's "
+                "own sources and the cost of a verification pass measured where it ran (the star: the budget with "
+                "the most estimated tokens per second). *Check with a real run* runs the model at the chosen "
+                "setting on the run's prompt (and plain autoregressive decoding once) and draws what it measured "
+                "beside the estimate.")
+    with gr.Row():
+        with gr.Column(scale=3):
+            sweep_plot = gr.Plot(label="budget sweep", elem_id="lab-sweep")
+        with gr.Column(scale=2):
+            cost_plot = gr.Plot(label="cost of a verification pass", elem_id="lab-costs")
+            normalised = gr.Checkbox(False, label="relative to the cost of 1 node (compare the shapes)",
+                                     elem_id="lab-costs-relative")
+    if check_fn is not None:
+        with gr.Row(equal_height=True):
+            check_button = gr.Button("Check with a real run", variant="primary", elem_id="lab-check-run", scale=2)
+            whole = gr.Checkbox(False, label=f"the whole budget sweep ({len(SWEEP_BUDGETS)} runs)",
+                                elem_id="lab-check-sweep", scale=2)
+            stop_button = gr.Button("Stop", variant="stop", elem_id="lab-stop", scale=1)
+        checked = gr.HTML(elem_id="lab-check")
 
     controls = [lab_run, step, method, budget, fixed_share, share, rho, depth, branching, bigram]
     outputs = [verdict, real_tree, rebuilt_tree, chart]
@@ -198,7 +408,15 @@ def lab_tab(runs: dict[str, gr.State]) -> None:
         return open_run(dict(zip(runs, states)).get(name))
 
     shape = [method, budget, fixed_share, share, rho, depth, branching, bigram]
-    open_button.click(pick, [source, *runs.values()], [lab_run, status, step, sweep_plot, *shape]).then(
+    open_button.click(pick, [source, *runs.values()],
+                      [lab_run, status, step, sweep_plot, cost_plot, by_depth, lab_curves, lab_measured, *shape]).then(
         rebuild, controls, outputs, show_progress="hidden")
     for control in controls[1:]:  # always_last: while one rebuild runs, only the newest pending one follows
         control.change(rebuild, controls, outputs, trigger_mode="always_last", show_progress="hidden")
+    normalised.change(cost_chart, [lab_run, lab_curves, normalised, method], cost_plot, show_progress="hidden")
+    if check_fn is not None:
+        instant = {"concurrency_limit": None, "show_progress": "hidden", "api_visibility": "private"}
+        check_button.click(arm_fn, None, None, **instant).then(  # private: its inputs are the page's own states
+            check_fn, [lab_run, lab_curves, lab_measured, *shape, whole], [checked, sweep_plot, lab_measured],
+            api_visibility="private", **(model_queue or {}))
+        stop_button.click(stop_fn, None, None, **instant)

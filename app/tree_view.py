@@ -5,8 +5,9 @@ branch = adjacency table); the accepted path has thick edges and outlined
 nodes; rejected and unvisited nodes are faded; the bonus token hangs off the
 last accepted node. The page inlines vis-network and links nothing remote, so
 it draws on a laptop without network; it goes in an iframe because gr.HTML
-does not run <script> tags. Trees are drawn at scale 1 on a canvas as large as
-they need, inside a scrolling page, so labels of a 100-node spine stay legible.
+does not run <script> tags. A tree is shrunk to fit its pane as long as its labels stay legible
+(MIN_SCALE); a longer one keeps that scale on a canvas as large as it needs, inside a scrolling page, so
+labels of a 100-node spine stay legible.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ _REMOTE_TAG = re.compile(
     r"<script[^>]*\bsrc\s*=\s*[\"']https?://[^>]*>\s*</script>|<link[^>]*\bhref\s*=\s*[\"']https?://[^>]*/?>",
     re.IGNORECASE | re.DOTALL)
 _HEADINGS = re.compile(r"<center>\s*<h1>\s*</h1>\s*</center>", re.IGNORECASE)
-LABEL_PX = 14  # vis-network's label font size; the tree is never scaled below 1
-# After vis-network lays the tree out: grow the canvas to the tree's extent and show it at scale 1,
-# top left first; the page scrolls instead of the drawing shrinking.
+LABEL_PX = 14  # vis-network's label font size at scale 1
+MIN_SCALE = 0.75  # the smallest a tree is shrunk to fit its pane: labels stay 10.5 px high, longer trees scroll
+# After vis-network lays the tree out: shrink it to fit the pane when that keeps labels legible (down to
+# MIN_SCALE), else grow the canvas to the tree's extent at MIN_SCALE and scroll; root top left first. The canvas
+# leaves room at the bottom for the sideways scrollbar, so a long tree shows it is cut.
 _ACTUAL_SIZE = """<script>(function () {
   const container = document.getElementById('mynetwork');
   const ids = network.body.data.nodes.getIds();
@@ -41,13 +44,17 @@ _ACTUAL_SIZE = """<script>(function () {
   const left = Math.min(...boxes.map(b => b.left)), right = Math.max(...boxes.map(b => b.right));
   const top = Math.min(...boxes.map(b => b.top)), bottom = Math.max(...boxes.map(b => b.bottom));
   const pad = 30;
-  const width = Math.max(container.clientWidth, right - left + 2 * pad);
-  const height = Math.max(container.clientHeight, bottom - top + 2 * pad);
+  const viewWidth = document.documentElement.clientWidth - 2;
+  const viewHeight = Math.max(200, window.innerHeight - container.getBoundingClientRect().top - 20);
+  const fit = Math.min(1, (viewWidth - 2 * pad) / (right - left), (viewHeight - 2 * pad) / (bottom - top));
+  const scale = Math.max(MIN_SCALE, fit);
+  const width = Math.max(viewWidth, (right - left) * scale + 2 * pad);
+  const height = Math.max(viewHeight, (bottom - top) * scale + 2 * pad);
   container.style.width = width + 'px';
   container.style.height = height + 'px';
   network.setSize(width + 'px', height + 'px');
-  network.moveTo({position: {x: left - pad + width / 2, y: (top + bottom) / 2}, scale: 1});
-})();</script>"""
+  network.moveTo({position: {x: left - pad / scale + width / (2 * scale), y: (top + bottom) / 2}, scale: scale});
+})();</script>""".replace("MIN_SCALE", str(MIN_SCALE))
 
 
 def visible_text(text: str) -> str:

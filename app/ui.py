@@ -130,6 +130,14 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
         return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
                               progress, limits=limits)
 
+    @gpu
+    def run_lab_check(run: goose.RunRecord | None, curves: dict | None, measured: dict | None, method: str,
+                      budget: float, fixed_share: bool, share: float, rho: float, depth: float, branching: float,
+                      bigram: bool, whole_sweep: bool, request: gr.Request,
+                      progress: gr.Progress = callbacks.NO_PROGRESS):
+        return lab.check(registry, run, curves, measured, method, budget, fixed_share, share, rho, depth, branching,
+                         bigram, whole_sweep, session_of(request), progress, limits=limits)
+
     def stop(request: gr.Request) -> None:
         callbacks.stop(session_of(request))
 
@@ -233,5 +241,6 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                    api_name="replay_example", concurrency_limit=None)
 
             with gr.Tab("Lab", id="lab"):
-                lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run})
+                lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run}, check_fn=run_lab_check,
+                            stop_fn=stop, arm_fn=arm, model_queue=model_queue)
     return demo

@@ -134,21 +134,88 @@ def race_charts(metrics: Sequence[MethodMetrics]) -> tuple[go.Figure, ...]:
 
 # --- what-if (goose.whatif) -------------------------------------------------------------------------------------
 
-def budget_sweep_chart(by_budget: Mapping[str, Sequence[tuple[int, float, float | None]]],
-                       title: str = "") -> go.Figure:
+MEASURED_MARKER = {"symbol": "diamond", "size": 11, "line": {"width": 2, "color": "#111827"}}
+BEST_MARKER = {"symbol": "star", "size": 16, "line": {"width": 1, "color": "#111827"}}
+
+Points = Sequence[tuple[int, float, float | None]]  # (budget, τ, speed-up or None), as goose.whatif.sweep gives
+
+
+def budget_sweep_chart(by_budget: Mapping[str, Points], title: str = "", measured: Mapping[str, Points] | None = None,
+                       best: Mapping[str, int] | None = None) -> go.Figure:
     """Counterfactual τ and estimated speed-up vs base budget, one line per method ((budget, τ, speed-up) points,
-    as goose.whatif.sweep returns them; the speed-up side is left out for a method without cost estimates)."""
-    figure = make_subplots(rows=1, cols=2, subplot_titles=("τ vs budget", "estimated speed-up vs budget"))
+    as goose.whatif.sweep returns them; the speed-up side is left out for a method without cost estimates).
+    `measured`: real runs at some of those settings, drawn as diamonds beside the estimate's line;
+    `best`: per method the budget of the highest estimated speed-up, starred."""
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("τ vs budget", "speed-up vs budget"))
     for method, points in by_budget.items():
         colour = method_colour(method)
         budgets = [b for b, _, _ in points]
-        figure.add_trace(go.Scatter(x=budgets, y=[t for _, t, _ in points], name=method, mode="lines+markers",
-                                    line={"color": colour}), row=1, col=1)
-        if all(s is not None for _, _, s in points):
-            figure.add_trace(go.Scatter(x=budgets, y=[s for _, _, s in points], name=method, showlegend=False,
-                                        mode="lines+markers", line={"color": colour, "dash": "dot"}), row=1, col=2)
+        figure.add_trace(go.Scatter(x=budgets, y=[t for _, t, _ in points], name=f"{method} estimated",
+                                    legendgroup=method, mode="lines+markers", line={"color": colour}), row=1, col=1)
+        speedups = {b: s for b, _, s in points}
+        if all(s is not None for s in speedups.values()):
+            figure.add_trace(go.Scatter(x=budgets, y=list(speedups.values()), name=method, showlegend=False,
+                                        legendgroup=method, mode="lines+markers",
+                                        line={"color": colour, "dash": "dot"}), row=1, col=2)
+            chosen = (best or {}).get(method)
+            if chosen in speedups:
+                figure.add_trace(go.Scatter(x=[chosen], y=[speedups[chosen]], mode="markers",
+                                            name=f"{method} best budget {chosen}", legendgroup=method,
+                                            marker={**BEST_MARKER, "color": colour}), row=1, col=2)
+    for method, points in (measured or {}).items():
+        marker = {**MEASURED_MARKER, "color": method_colour(method)}
+        figure.add_trace(go.Scatter(x=[b for b, _, _ in points], y=[t for _, t, _ in points], mode="markers",
+                                    name=f"{method} measured", legendgroup=method, marker=marker), row=1, col=1)
+        real = [(b, s) for b, _, s in points if s is not None]
+        figure.add_trace(go.Scatter(x=[b for b, _ in real], y=[s for _, s in real], mode="markers", showlegend=False,
+                                    name=f"{method} measured", legendgroup=method, marker=marker), row=1, col=2)
     figure.update_xaxes(title_text="base budget (nodes)")
-    return _style(figure, title or "What if: another budget", "", legend=True)
+    return _style(figure, title or "What if: another budget (lines: estimated, diamonds: measured)", "", legend=True)
+
+
+def cost_curve_chart(curves: Mapping[str, Mapping[int, float]], axis: str = "ms per verification pass",
+                     scale: float = 1e3, best: int | None = None, log_y: bool = True) -> go.Figure:
+    """Seconds of one verification pass vs tree size, one line per device (tree nodes -> seconds, times `scale`),
+    the first one bold: the device the run was recorded on. `best` draws a line at the budget of the highest
+    estimated speed-up on that device. Devices differ by orders of magnitude, hence a log scale by default."""
+    figure = go.Figure()
+    for i, (name, costs) in enumerate(curves.items()):
+        sizes = sorted(costs)
+        line = {"width": 3, "color": "#111827"} if i == 0 else {"width": 1.5, "dash": "dash"}
+        figure.add_trace(go.Scatter(x=sizes, y=[costs[n] * scale for n in sizes], name=name, mode="lines+markers",
+                                    line=line))
+    values = [v * scale for costs in curves.values() for v in costs.values()]
+    if best is not None and values:
+        figure.add_trace(go.Scatter(x=[best, best], y=[min(values), max(values)], mode="lines+text",
+                                    name=f"best estimated budget: {best}", text=["", f"best: {best}"],
+                                    textposition="top left", line={"dash": "dot", "color": "#111827"}))
+    largest = max((n for costs in curves.values() for n in costs), default=1)
+    ticks = [2 ** k for k in range(largest.bit_length() + 1) if 2 ** k <= 2 * largest]
+    figure = _style(figure, "The device: cost of one verification pass", axis, legend=True)
+    figure.update_layout(xaxis_title="tree nodes verified in one pass", xaxis_type="log", xaxis_tickvals=ticks,
+                         legend={"orientation": "h", "y": -0.25, "font": {"size": 11}}, height=HEIGHT + 80,
+                         margin={"l": 65, "r": 20, "t": 50, "b": 40},
+                         yaxis_type="log" if log_y else "linear")
+    if log_y and values:  # 1-2-5 ticks written out: plotly's minor log labels read "2" for 20
+        steps = [m * 10 ** e for e in range(-3, 7) for m in (1, 2, 5)]
+        figure.update_yaxes(tickvals=[t for t in steps if min(values) / 2 <= t <= max(values) * 2])
+    return figure
+
+
+def acceptance_depth_chart(by_source: Mapping[str, Mapping[int, tuple[int, int]]]) -> go.Figure:
+    """Acceptance rate (accepted / drafted) per tree depth, one line per draft source
+    (goose.metrics.acceptance_by_source_and_depth); hover for the counts."""
+    figure = go.Figure()
+    sources = [s for s in SOURCE_COLOURS if s in by_source] + sorted(set(by_source) - set(SOURCE_COLOURS))
+    for source in sources:
+        depths = by_source[source]
+        figure.add_trace(go.Scatter(x=list(depths), y=[a / d for a, d in depths.values()], name=source,
+                                    mode="lines+markers", line={"color": SOURCE_COLOURS.get(source, OTHER_COLOUR)},
+                                    text=[f"{a}/{d} accepted" for a, d in depths.values()],
+                                    hovertemplate="depth %{x}: %{y:.0%} (%{text})"))
+    figure.update_layout(xaxis_title="depth in the tree (1 = a child of the root)", yaxis_tickformat=".0%",
+                         yaxis_range=[0, 1.05], xaxis_dtick=1)
+    return _style(figure, "Acceptance by source and depth (accepted / drafted)", "accepted / drafted", legend=True)
 
 
 def spine_share_chart(by_share: Sequence[tuple[float, float]], title: str = "") -> go.Figure:
@@ -159,12 +226,15 @@ def spine_share_chart(by_share: Sequence[tuple[float, float]], title: str = "") 
     return _style(figure, title or "What if: another spine share", "τ")
 
 
-def what_if_steps_chart(real: Sequence[int], accepted: Sequence[int], exact: Sequence[bool], real_tau: float,
+def what_if_steps_chart(real: Sequence[int], accepted: Sequence[int], exact: Sequence[bool] | None, real_tau: float,
                         tau: float, method: str = "goose") -> go.Figure:
-    """Accepted length per step, real (bars) vs a counterfactual setting (line; hollow markers: lower bounds)."""
-    steps = list(range(len(real)))
-    figure = go.Figure(go.Bar(x=steps, y=list(real), name=f"real (τ {real_tau:.2f})", marker_color=OTHER_COLOUR))
-    figure.add_trace(go.Scatter(x=steps, y=list(accepted), mode="lines+markers", name=f"this setting (τ {tau:.2f})",
+    """Accepted length per step, real (bars) vs a counterfactual setting (line, over its own steps; hollow
+    markers: lower bounds, when `exact` says which)."""
+    exact = [True] * len(accepted) if exact is None else exact
+    figure = go.Figure(go.Bar(x=list(range(len(real))), y=list(real), name=f"real (τ {real_tau:.2f})",
+                              marker_color=OTHER_COLOUR))
+    figure.add_trace(go.Scatter(x=list(range(len(accepted))), y=list(accepted), mode="lines+markers",
+                                name=f"this setting (τ {tau:.2f})",
                                 marker={"symbol": ["circle" if e else "circle-open" for e in exact], "size": 8},
                                 line={"color": method_colour(method)}))
     figure.update_layout(xaxis_title="step")

@@ -12,7 +12,8 @@ from here, so a figure means the same wherever it is shown. Definitions:
   both summed over the prompts both ran: long generations weigh as much as they cost.
 - median / worst speed-up: of the per-prompt speed-ups.
 - CPU-time speed-up: the pooled speed-up with CPU seconds in place of wall seconds.
-- acceptance of a draft source = accepted / drafted tokens of that source, pooled over runs.
+- acceptance of a draft source = accepted / drafted tokens of that source, pooled over runs; by source and
+  depth, the same per (source, depth in the tree) over a run's steps.
 - accepted length of a step = draft tokens it accepted (the bonus token not counted).
 - lossless = the run's tokens equal the baseline's (autoregressive greedy) on the same prompt.
 - bandwidth achieved = parameter bytes x forward passes / wall seconds (a memory-bound yardstick).
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from goose.trace import RunTotals
+from goose.trace import RunTotals, StepRecord
 
 BASELINE = "autoregressive"  # the method every speed-up and every lossless check is measured against
 OUTSIDE_BASELINE = "hf-generate"  # transformers' greedy generate: the second speed-up column
@@ -117,6 +118,19 @@ def acceptance_by_source(runs: Iterable[Measured]) -> dict[str, float]:
         drafted.update(run.totals.drafted)
         accepted.update(run.totals.accepted)
     return {source: accepted[source] / n for source, n in sorted(drafted.items()) if n}
+
+
+def acceptance_by_source_and_depth(steps: Iterable[StepRecord]) -> dict[str, dict[int, tuple[int, int]]]:
+    """source -> depth -> (accepted, drafted) draft nodes over the steps, the root left out; the rate is their
+    ratio. The spine stays reliable deep down where branches fade: why the spine tree is anisotropic."""
+    counts: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for step in steps:
+        for node in step.nodes[1:]:
+            cell = counts[node.source][node.depth]
+            cell[0] += node.status == "accepted"
+            cell[1] += 1
+    return {source: {depth: (cell[0], cell[1]) for depth, cell in sorted(by_depth.items())}
+            for source, by_depth in sorted(counts.items())}
 
 
 def accepted_length_shares(lengths: Iterable[int]) -> dict[int, float]:

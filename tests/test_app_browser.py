@@ -416,7 +416,8 @@ def test_lab_changes_budget_and_spine_share_on_a_replayed_trace(page) -> None:
     page.get_by_role("tab", name="Lab").click()
     page.locator("#lab-source").get_by_text("Replay trace").click()
     page.locator("#lab-open").click()
-    page.wait_for_selector("#lab-sweep .js-plotly-plot .main-svg")
+    whole = _replays_whole("code-completion.json")
+    page.wait_for_selector("#lab-sweep .js-plotly-plot .main-svg" if whole else "#lab-costs .js-plotly-plot")
     _set_slider(page, "lab-step", index)
     first = _lab_tree(page, index)
     _wait_would(page, run.steps[index].accepted_length)
@@ -434,7 +435,63 @@ def test_lab_changes_budget_and_spine_share_on_a_replayed_trace(page) -> None:
     _wait_would(page, share.accepted)
     shared = _lab_tree(page, index)
     assert shared != smaller, "the rebuilt tree follows the spine share"
-    page.wait_for_selector("#lab-run-chart .js-plotly-plot .main-svg")
-    assert page.locator("#lab-run-chart .js-plotly-plot .scatterlayer .trace").count() >= 1
+    if whole:  # an older trace rebuilds single steps only: no chart of the whole run
+        page.wait_for_selector("#lab-run-chart .js-plotly-plot .main-svg")
+        assert page.locator("#lab-run-chart .js-plotly-plot .scatterlayer .trace").count() >= 1
     page.screenshot(path=str(ARTIFACTS / "lab.png"), full_page=True)
     assert not page.remote_requests, "the Lab must work offline: nothing may be fetched from the network"
+
+
+def _replays_whole(name: str) -> bool:
+    """Whether a shipped trace holds what a replay of the whole run needs (the current trace format)."""
+    import json
+
+    from app.callbacks import EXAMPLE_TRACES
+    from goose.trace import TRACE_FORMAT
+
+    return json.loads((EXAMPLE_TRACES / name).read_text())["format"] == TRACE_FORMAT
+
+
+def _plot_text(page, elem_id: str) -> str:
+    """Every text a plotly chart draws (titles, legend, annotations)."""
+    page.wait_for_selector(f"#{elem_id} .js-plotly-plot .main-svg")
+    return page.locator(f"#{elem_id} .js-plotly-plot").evaluate("node => node.textContent")
+
+
+def test_lab_shows_the_device_and_checks_an_estimate_with_a_real_run(page) -> None:
+    """A shipped trace shows the cost curve of the device it was recorded on beside the H200's; a fresh run shows
+    the budget with the most estimated tokens per second, and "Check with a real run" sets the measured τ
+    beside the estimate."""
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-open").click()
+    _tree(page, "replay", 0)
+    page.get_by_role("tab", name="Lab").click()
+    page.locator("#lab-source").get_by_text("Replay trace").click()
+    page.locator("#lab-open").click()
+    costs = _plot_text(page, "lab-costs")
+    assert "this run's device" in costs and "H200, 1B Llama" in costs
+    if _replays_whole("code-completion.json"):  # the example Replay opens first
+        assert "best budget" in _plot_text(page, "lab-sweep") and "best estimated budget" in costs
+    else:
+        page.get_by_text("an older format").first.wait_for()
+
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-prompt textarea").fill("one two three, one two three, one two three, one two")
+    _set_number(page, "explore-max-new", 24)
+    page.locator("#explore-run").click()
+    page.wait_for_function("() => document.querySelector('#explore-stats').innerText.includes('done')")
+    page.get_by_role("tab", name="Lab").click()
+    shown = page.locator("#lab-status").inner_text()
+    page.locator("#lab-source").get_by_text("Explore run").click()
+    page.locator("#lab-open").click()
+    page.wait_for_function("(old) => document.querySelector('#lab-status').innerText !== old", arg=shown)
+    assert "best budget" in _plot_text(page, "lab-sweep")
+    assert "best estimated budget" in _plot_text(page, "lab-costs")
+    _set_slider(page, "lab-budget", 8)
+    page.locator("#lab-check-run").click()
+    page.wait_for_selector("#lab-check .lab-real-tau")
+    verdict = page.locator("#lab-check").inner_text()
+    assert re.search(r"estimated τ \d+\.\d\d, measured \d+\.\d\d \(error [+-]\d+\.\d%\)", verdict), verdict
+    page.wait_for_function("() => document.querySelector('#lab-sweep .js-plotly-plot').textContent"
+                           ".includes('goose measured')")
+    page.screenshot(path=str(ARTIFACTS / "lab-check.png"), full_page=True)

@@ -1,33 +1,47 @@
-"""The Lab tab's callbacks without a browser: opening runs, rebuilding trees, the verdict and the charts."""
+"""The Lab tab's callbacks without a browser: opening runs, rebuilding trees, the verdict, the charts (the budget
+sweep, the device's cost curve, acceptance by depth) and checking an estimate with a real run."""
 
 from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 from tiny import tiny_gemma3
 
 import goose
 from app import lab
-from app.callbacks import EXAMPLE_TRACES
+from app.callbacks import EXAMPLE_TRACES, STOPS
+from app.models import ModelRegistry
 from app.race_trace import is_race
-from goose.trace import RunRecord
+from goose import metrics
+from goose.trace import TRACE_FORMAT, NodeRecord, RunRecord, StepRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
 CONTROLS = ("method", "budget", "fixed_share", "share", "rho", "depth", "branching", "bigram")
+SHAPE = 8  # open_run's outputs before the shape controls
 
 
 @pytest.fixture(scope="module")
-def run() -> RunRecord:
-    return goose.generate(tiny_gemma3(0), PROMPT, "goose", 32, budget=16, record_sources=True, spine_share=0.3,
-                          branching=2)
+def model() -> goose.GooseModel:
+    return tiny_gemma3(0)
+
+
+@pytest.fixture(scope="module")
+def run(model) -> RunRecord:
+    return goose.generate(model, PROMPT, "goose", 32, budget=16, record_sources=True, spine_share=0.3, branching=2)
+
+
+def shape_of(run: RunRecord) -> dict:
+    """The shape controls as opening the run sets them."""
+    return dict(zip(CONTROLS, lab.open_run(run)[SHAPE:]))
 
 
 def rebuild(run: RunRecord, index: int = 0, **changes):
     """The Lab's rebuild with the controls as opening the run sets them, then `changes`."""
-    shape = dict(zip(CONTROLS, lab.open_run(run)[4:]))
-    return lab.rebuild(run, index, **{**shape, **changes})
+    return lab.rebuild(run, index, **{**shape_of(run), **changes})
 
 
 def would(verdict: str) -> tuple[int, int]:
@@ -35,25 +49,35 @@ def would(verdict: str) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
+def without_snapshots(run: RunRecord, fmt: str = TRACE_FORMAT) -> RunRecord:
+    """The run as a trace recorded without source snapshots (or an old format, which had none)."""
+    data = json.loads(run.to_json())
+    data["format"] = fmt
+    for step in data["steps"]:
+        step["snapshot"] = None
+    return RunRecord.from_dict(data)
+
+
 def test_open_says_why_a_run_cannot_be_rebuilt(run):
     state, status, _, sweep, *_ = lab.open_run(None)
     assert state is None and "Explore" in status and sweep is None
-    plain = RunRecord.from_json(run.to_json())
-    for step in plain.steps:
-        step.snapshot = None
-    state, status, *_ = lab.open_run(plain)
+    state, status, *_ = lab.open_run(without_snapshots(run))
     assert state is None and "Cannot rebuild" in status and "record_sources=True" in status
 
 
 def test_own_settings_reproduce_the_real_step(run):
-    state, status, slider, sweep, *shape = lab.open_run(run)
-    assert state is run and f"{len(run.steps)} steps" in status and sweep.data
+    state, status, slider, sweep, costs, depth, curves, measured, *shape = lab.open_run(run)
+    assert state is run and f"{len(run.steps)} steps" in status and sweep.data and measured == {}
+    assert set(curves) == set(lab.SWEEP_METHODS) and costs.data and depth.data
     assert shape == ["goose", 0, True, 0.3, 0.5, 6, 2, True], "the controls start at the run's own shape"
     for index in range(len(run.steps)):
         verdict, real, rebuilt, chart = rebuild(run, index)
         assert would(verdict)[0] == would(verdict)[1] == run.steps[index].accepted_length
         assert 'title="rebuilt tree of step' in rebuilt and "speculation tree of step" in real
-    assert list(chart.data[0].y) == list(chart.data[1].y) == [s.accepted_length for s in run.steps]
+    assert list(chart.data[0].y) == [s.accepted_length for s in run.steps]
+    own = goose.run_what_if(run)  # the recorded run replayed step for step (the last one cut where it stopped)
+    assert list(chart.data[1].y) == own.accepted and len(own.accepted) == len(run.steps)
+    assert own.tau == pytest.approx(run.totals.tau) and f"τ {run.totals.tau:.2f}" in chart.data[1].name
 
 
 def test_budget_and_spine_share_change_the_rebuilt_tree(run):
@@ -76,9 +100,147 @@ def test_rebuilt_step_marks_the_accepted_path_and_tried_children(run):
     assert all(node.text and not node.text.startswith("#") for node in record.nodes), "texts come with the trace"
 
 
-def test_a_shipped_trace_opens_in_the_lab():
-    runs = [path for path in EXAMPLE_TRACES.glob("*.json") if not is_race(json.loads(path.read_text()))]
-    assert runs
-    for path in runs:
-        state, status, *_ = lab.open_run(RunRecord.load(path))
-        assert state is not None or "Cannot rebuild" in status
+def shipped_runs() -> list:
+    return [path for path in sorted(EXAMPLE_TRACES.glob("*.json")) if not is_race(json.loads(path.read_text()))]
+
+
+@pytest.mark.parametrize("path", shipped_runs(), ids=lambda path: path.name)
+def test_a_shipped_trace_opens_in_the_lab_with_its_device(path):
+    run = RunRecord.load(path)
+    current = json.loads(path.read_text())["format"] == TRACE_FORMAT
+    state, status, _, sweep, costs, depth, curves, *_ = lab.open_run(run)
+    assert state is run and "Cannot rebuild" not in status, "shipped traces carry source snapshots"
+    device = costs.data[0]
+    assert device.name == lab.THIS_DEVICE and list(device.x) == sorted(run.costs)
+    assert depth.data, "acceptance by source and depth is drawn"
+    if current:  # the trace replays whole: the sweep and the best budget show
+        assert sweep is not None and curves and "older format" not in status
+    else:
+        assert sweep is None and "older format" in status
+
+
+def test_an_old_format_trace_cannot_be_rebuilt(run):
+    old = without_snapshots(run, "goose-trace/1")
+    state, status, _, sweep, costs, *_ = lab.open_run(old)
+    assert state is None and "Cannot rebuild" in status and sweep is None
+    assert costs.data, "the device's cost curve shows all the same"
+
+
+# ---------------------------------------------------------------- the device
+
+def test_cost_chart_draws_the_runs_device_beside_the_shipped_ones(run):
+    curves = lab.estimates(run)
+    figure = lab.cost_chart(run, curves)
+    names = [trace.name for trace in figure.data]
+    assert names[0] == lab.THIS_DEVICE and set(lab.reference_costs()) <= set(names)
+    assert {"H200, 1B Llama", "2-core AVX2 CPU, Gemma 3 270M (body)"} <= set(names)
+    device = figure.data[0]
+    assert list(device.x) == sorted(run.costs)
+    assert list(device.y) == pytest.approx([run.costs[n] * 1e3 for n in sorted(run.costs)])
+    relative = lab.cost_chart(run, curves, normalised=True)
+    assert all(trace.y[0] == pytest.approx(1.0) for trace in relative.data[:3] if trace.x[0] == 1)
+    assert "1 node" in relative.layout.yaxis.title.text
+
+
+def test_the_best_budget_is_the_argmax_of_the_estimated_speedup(run):
+    curves = lab.estimates(run)
+    for points in curves.values():
+        speedups = {budget: speedup for budget, _, speedup in points}
+        assert lab.best_budget(points) == max(speedups, key=speedups.get)
+    best = lab.best_budget(curves["goose"])
+    starred = [t for t in lab.sweep_chart(curves).data if t.name == f"goose best budget {best}"]
+    assert len(starred) == 1 and list(starred[0].x) == [best]
+    marked = [t for t in lab.cost_chart(run, curves, method="goose").data if t.name.startswith("best estimated")]
+    assert len(marked) == 1 and set(marked[0].x) == {best}, "the cost curve marks the same budget"
+    assert lab.best_budget([(4, 2.0, None), (8, 3.0, None)]) is None, "no costs, no best budget"
+
+
+def test_acceptance_by_source_and_depth_counts_drafted_and_accepted_nodes():
+    def node(source: str, depth: int, status: str) -> NodeRecord:
+        return NodeRecord(token=0, text="x", source=source, parent=0, depth=depth, score=1.0, status=status)
+
+    steps = [StepRecord(index=i, nodes=nodes, accepted=[], bonus_token=0, bonus_text="", committed=[0],
+                        draft_s=0.0, verify_s=0.0, budget=len(nodes))
+             for i, nodes in enumerate([
+                 [node("root", 0, "root"), node("spine", 1, "accepted"), node("spine", 2, "accepted"),
+                  node("branch", 1, "rejected"), node("branch", 2, "unvisited")],
+                 [node("root", 0, "root"), node("spine", 1, "accepted"), node("spine", 2, "rejected"),
+                  node("branch", 1, "accepted")]])]
+    by = metrics.acceptance_by_source_and_depth(steps)
+    assert by == {"branch": {1: (1, 2), 2: (0, 1)}, "spine": {1: (2, 2), 2: (1, 2)}}
+    chart = lab.charts.acceptance_depth_chart(by)
+    assert [t.name for t in chart.data] == ["spine", "branch"]
+    assert list(chart.data[0].y) == [1.0, 0.5] and list(chart.data[1].y) == [0.5, 0.0]
+
+
+# ---------------------------------------------------------------- checking with a real run
+
+def fake_result(tau: float, speedup: float, real_tau: float, real_speedup: float, method: str = "goose"):
+    """A RunWhatIf with a real run beside it, as run_what_if(..., check=True) returns one."""
+    real = SimpleNamespace(tau=real_tau, speedup=real_speedup, wall_s=1.0, tokens_per_s=32.0, same_tokens=True,
+                           run=None)
+    return SimpleNamespace(method=method, tau=tau, speedup=speedup, measured=real, tau_error=tau / real_tau - 1,
+                           speedup_error=speedup / real_speedup - 1)
+
+
+@pytest.fixture
+def registry(model) -> ModelRegistry:
+    registry = ModelRegistry(allowed=["tiny-gemma3"])
+    registry.register("tiny-gemma3", model)
+    return registry
+
+
+def checked(registry, run, monkeypatch, results, whole_sweep=False, press_after=None, **changes):
+    """lab.check with run_what_if answering `results` in turn (and Stop pressed after call `press_after`)."""
+    calls = []
+
+    def fake(run_, *, model, check, **settings):
+        assert check and model.name == run.model
+        calls.append(settings)
+        if len(calls) == press_after:
+            STOPS.press("lab-test")
+        return results[len(calls) - 1]
+
+    monkeypatch.setattr(lab, "run_what_if", fake)
+    shape = {**shape_of(run), **changes}
+    verdict, figure, measured = lab.check(registry, run, lab.estimates(run), {}, *shape.values(), whole_sweep,
+                                          "lab-test")
+    return verdict, figure, measured, calls
+
+
+def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypatch):
+    verdict, figure, measured, calls = checked(registry, run, monkeypatch, [fake_result(2.4, 1.5, 2.0, 1.2)],
+                                               budget=12)
+    assert calls[0]["budget"] == 12 and calls[0]["method"] == "goose"
+    text = re.sub("<[^>]+>", "", verdict)
+    assert "estimated τ 2.40, measured 2.00 (error +20.0%)" in text
+    assert "estimated speed-up 1.50x, measured 1.20x (error +25.0%)" in text
+    assert measured == {"goose": {12: (2.0, 1.2)}}
+    diamonds = [t for t in figure.data if t.name == "goose measured"]
+    assert [list(t.x) for t in diamonds] == [[12], [12]] and [list(t.y) for t in diamonds] == [[2.0], [1.2]]
+
+
+def test_check_of_the_whole_sweep_stops_when_stop_is_pressed(registry, run, monkeypatch):
+    results = [fake_result(2.0, 1.0, 2.0, 1.0)] * len(lab.SWEEP_BUDGETS)
+    verdict, _, measured, calls = checked(registry, run, monkeypatch, results, whole_sweep=True, press_after=2)
+    assert [c["budget"] for c in calls] == list(lab.SWEEP_BUDGETS[:2]), "no real run starts after Stop"
+    assert "you pressed Stop" in verdict and f"{len(lab.SWEEP_BUDGETS) - 2} of {len(lab.SWEEP_BUDGETS)}" in verdict
+    assert list(measured["goose"]) == list(lab.SWEEP_BUDGETS[:2]), "the runs that ended are measurements"
+    assert not STOPS.pressed("lab-test"), "the switch is cleared when the check ends"
+
+
+def test_check_says_when_the_runs_model_is_not_offered(run, monkeypatch):
+    other = ModelRegistry(allowed=["tiny-llama"])
+    with pytest.raises(gr.Error, match="not offer"):
+        checked(other, run, monkeypatch, [])
+
+
+def test_check_runs_the_model_for_real(registry, model):
+    short = goose.generate(model, PROMPT, "goose", 12, budget=8, record_sources=True)
+    curves = lab.estimates(short)
+    shape = dict(zip(CONTROLS, lab.open_run(short)[SHAPE:]))
+    verdict, figure, measured = lab.check(registry, short, curves, {}, *{**shape, "budget": 8}.values(), False)
+    real_tau = measured["goose"][8][0]
+    assert real_tau == pytest.approx(short.totals.tau), "the same setting on the same prompt: the same passes"
+    assert f"measured {real_tau:.2f}" in re.sub("<[^>]+>", "", verdict)
+    assert any(t.name == "goose measured" for t in figure.data)
