@@ -32,7 +32,7 @@ from goose.costs import interpolate_cost
 from goose.drafters import METHODS, Balanced, SpineTree
 from goose.model import GooseModel
 from goose.trace import NodeRecord, RunRecord, StepRecord
-from goose.whatif import NoSnapshotError, RunWhatIf, WhatIf, run_what_if, sweep, what_if
+from goose.whatif import CheckCancelled, NoSnapshotError, RunWhatIf, WhatIf, run_what_if, sweep, what_if
 
 SWEEP_BUDGETS = (4, 8, 12, 16, 24, 32, 48, 64)
 SWEEP_METHODS = (SpineTree.name, Balanced.name)
@@ -300,7 +300,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
     method) on the run's prompt, beside autoregressive decoding, and set each measurement beside its estimate.
 
     Returns the verdict, the sweep chart with the measurements drawn in, and the measurements. Stop or the
-    server's time limit end the check after the real run in flight; what was measured stays."""
+    server's time limit end the check within a step of the real run in flight; what was measured stays."""
     if run is None:
         raise gr.Error("Open a run in the Lab first.")
     if cannot_rebuild(run) or curves is None:
@@ -329,7 +329,11 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
                 break
             progress((i, len(todo)), desc=f"running {label} (and autoregressive once)", unit="runs")
             try:
-                result = run_what_if(run, model=model, check=True, **setting)
+                result = run_what_if(run, model=model, check=True, cancel=lambda: bool(guard.reason()), **setting)
+            except CheckCancelled:
+                why = "you pressed Stop" if guard.reason() == STOPPED else "this server's time limit"
+                notes.append(f"stopped ({why}) during {label}: {len(todo) - i} of {len(todo)} settings not measured")
+                break
             except (ValueError, TypeError) as error:
                 raise gr.Error(f"These settings cannot be checked: {error}") from error
             lines.append(check_line(label, result))

@@ -17,7 +17,7 @@ speed-ups are goose.metrics' (pooled over runs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from goose import metrics
 from goose.budget import accepted_length
 from goose.config import GooseConfig
 from goose.costs import interpolate_cost
-from goose.decode import generate
+from goose.decode import generate, stream
 from goose.drafters import METHODS, SpineTree
 from goose.model import GooseModel
 from goose.replay import NoReplayDataError, ReplayStep, own_shapes, replay
@@ -282,24 +282,35 @@ def baseline_run(goose_model: GooseModel, run: RunRecord) -> RunRecord:
     return _BASELINES[key]
 
 
-def real_run(goose_model: GooseModel, run: RunRecord, method: str, settings: dict[str, Any]) -> RealRun:
-    """Run the model at `settings` on `run`'s prompt: what a replay estimates, measured."""
+class CheckCancelled(RuntimeError):
+    """A check's real run was cancelled before its end (nothing was measured)."""
+
+
+def real_run(goose_model: GooseModel, run: RunRecord, method: str, settings: dict[str, Any],
+             cancel: Callable[[], bool] | None = None) -> RealRun:
+    """Run the model at `settings` over the run's own config on `run`'s prompt: what a replay estimates, measured.
+    `cancel` is asked after every step; when it answers True the run stops and CheckCancelled is raised."""
     shape = {name: value for name, value in settings.items() if name not in ("method", "budget")}
     budget = settings.get("budget")
     if budget is None:
         budget = "auto" if run.config.get("auto_budget") else run.config.get("budget")
     baseline = baseline_run(goose_model, run)
-    checked = generate(goose_model, run.prompt, method, run.max_new_tokens, budget, head=run.head, **shape)
-    return RealRun(checked, baseline)
+    generation = stream(goose_model, run.prompt, method, run.max_new_tokens, budget, head=run.head,
+                        config=GooseConfig.from_dict(run.config), **shape)
+    for _ in generation:
+        if cancel is not None and cancel():
+            raise CheckCancelled("the check was cancelled before its real run ended")
+    return RealRun(generation.run, baseline)
 
 
 def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None = None,
-                **settings: Any) -> RunWhatIf:
+                cancel: Callable[[], bool] | None = None, **settings: Any) -> RunWhatIf:
     """`run` replayed under `settings` (see what_if) with its own step boundaries: tau, passes and an estimated
     speed from the run's cost table. No settings: the recorded run itself, step for step.
 
     check=True runs `model` at these settings on the same prompt (and autoregressive decoding once) and
-    keeps the real run in `.measured` beside the estimate (`.tau_error`, `.speedup_error`)."""
+    keeps the real run in `.measured` beside the estimate (`.tau_error`, `.speedup_error`); `cancel` (asked
+    after every step of it) stops it with CheckCancelled."""
     if check and model is None:
         raise ValueError("check=True runs the model: pass model=goose.load_model(...)")
     settings = {ALIASES.get(name, name): value for name, value in settings.items()}
@@ -316,7 +327,7 @@ def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None
                        estimated_totals(run, [1] * (tokens - 1), tokens),
                        exact=own or not METHODS[method].uses_adjacency, has_costs=bool(run.costs))
     if check:
-        result.measured = real_run(model, run, method, settings)
+        result.measured = real_run(model, run, method, settings, cancel)
     return result
 
 

@@ -22,7 +22,7 @@ from app.models import ModelNotAllowedError, ModelRegistry
 from app.race_lanes import lane_data, lanes_iframe, lanes_page
 from app.race_trace import RACE_FORMAT, load_race, race_to_dict, save_race
 from app.tokens import token_times
-from app.tree_view import tree_page
+from app.tree_view import LABEL_PX, MIN_SCALE, tree_page
 
 LIST_PROMPT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the"
 NO_PROGRESS = {"progress": lambda *a, **k: None}
@@ -231,9 +231,10 @@ def test_old_trace_downloads_are_deleted_when_new_ones_are_written(tmp_path) -> 
 
 # ---------------------------------------------------------------- readable trees and the page
 
-def test_tree_page_draws_at_full_size_and_scrolls(race_runs) -> None:
+def test_tree_page_fits_its_pane_down_to_a_legible_scale_and_scrolls(race_runs) -> None:
     page = tree_page(race_runs["goose"].steps[0])
-    assert "network.setSize" in page and "scale: 1" in page
+    assert "network.setSize" in page and f"Math.max({MIN_SCALE}, fit)" in page and "scale: scale" in page
+    assert MIN_SCALE * LABEL_PX >= 10, "labels of a shrunk tree stay legible"
     assert '"zoomView": false' in page and '"hover": true' in page
 
 

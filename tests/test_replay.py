@@ -12,7 +12,7 @@ from tiny import tiny_gemma3, tiny_llama
 import goose
 from goose.replay import ReplayTable, anchor_positions
 from goose.trace import RunRecord
-from goose.whatif import NoSnapshotError, baseline_run, run_what_if
+from goose.whatif import CheckCancelled, NoSnapshotError, baseline_run, run_what_if
 
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
            "one two three four one two three four one two",
@@ -161,3 +161,16 @@ def test_format_2_traces_still_rebuild_steps_but_not_whole_runs(models, tmp_path
     assert goose.what_if(old, 0).accepted == run.steps[0].accepted_length
     with pytest.raises(NoSnapshotError, match="adjacency rows"):
         run_what_if(old)
+
+
+def test_the_check_keeps_the_runs_own_knobs_and_can_be_cancelled(models):
+    goose_model = models[0]
+    recorded = goose.generate(goose_model, PROMPTS[0], "goose", 24, budget=12, spine_share=0.3, max_branch_depth=2,
+                              record_sources=True)
+    own = run_what_if(recorded, check=True, model=goose_model)
+    assert own.measured.run.config["spine_share"] == 0.3 and own.measured.run.config["max_branch_depth"] == 2
+    assert own.measured.run.accepted_lengths[:-1] == recorded.accepted_lengths[:-1], "the same run, for real"
+    asked = []
+    with pytest.raises(CheckCancelled):
+        run_what_if(recorded, check=True, model=goose_model, budget=4, cancel=lambda: asked.append(1) or True)
+    assert len(asked) == 1, "cancelled after its first step"
