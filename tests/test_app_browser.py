@@ -118,7 +118,7 @@ def test_the_first_visitors_run_is_as_fast_as_the_third(page) -> None:
     """The server warmed the model before it opened, so the first run does not pay the head choice, the cost
     table or first calls: its tokens/s is within 25% of the third's. (First in this file: the server's first run.)"""
     page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
-    _set_number(page, "explore-max-new", 40)
+    _set_number(page, "explore-max-new", 48)
     speeds = [_explore_tokens_per_s(page) for _ in range(3)]
     page.reload(wait_until="domcontentloaded")  # the next tests start from an empty Explore tab
     page.wait_for_selector("#explore-run")
