@@ -17,10 +17,12 @@ import time
 import torch
 
 import goose
-from app.callbacks import ASSETS, EXAMPLE_TRACES
+from app.callbacks import ASSETS, EXAMPLE_TRACES, RACE_METHODS
+from app.race_trace import save_race
 from goose.drafters import SpineTree
 
 TRACES = {"code-completion": "Code completion", "repetitive-list": "Repetitive list"}
+RACE_TRACE, RACE_PROMPT = "race-code-completion.json", "Code completion"
 MAX_LOAD_PER_CORE = 0.25  # an idle machine sits near 0; another busy process adds about 1
 MIN_CPU_SHARE = 0.85  # of every torch thread's core, during the probe
 
@@ -50,8 +52,8 @@ def busy_reason(max_load_per_core: float = MAX_LOAD_PER_CORE, min_share: float =
 
 
 def record() -> None:
-    """Run goose (max 48 new tokens, budget 16) on two shipped example prompts and save their traces,
-    with source snapshots so the Lab can rebuild their trees."""
+    """Run goose (max 48 new tokens, budget 16) on two shipped example prompts and save their traces, with
+    source snapshots so the Lab can rebuild and replay them; then race the Race tab's methods on the code prompt."""
     model = goose.load_model()
     prompts = {e["label"]: e["prompt"] for e in json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))}
     EXAMPLE_TRACES.mkdir(parents=True, exist_ok=True)
@@ -65,6 +67,14 @@ def record() -> None:
         run.save(path)
         print(f"{path}: {len(run.steps)} steps, tau {run.totals.tau:.2f}, {run.totals.tokens_per_s:.1f} tokens/s, "
               f"wall {run.totals.wall_s:.1f} s, {path.stat().st_size / 1e3:.0f} kB")
+    # The race Replay shows first: the Race tab's own methods and settings (auto budget, the auto head), one after
+    # another on the code prompt, each clocked from its call as the Race clocks it.
+    runs = {method: goose.generate(model, prompts[RACE_PROMPT], method=method, max_new_tokens=48)
+            for method in RACE_METHODS}
+    path = EXAMPLE_TRACES / RACE_TRACE
+    save_race(runs, path)
+    print(f"{path}: " + ", ".join(f"{method} {run.totals.tokens_per_s:.1f} tokens/s (tau {run.totals.tau:.2f})"
+                                  for method, run in runs.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
