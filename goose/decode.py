@@ -138,10 +138,10 @@ class Generation:
             previous = [None, *prompt[:-1]]
             rows = self.adjacency.last_occurrences(prompt, previous)
             top = self.walker.head.top(hidden[rows], self._top_k)
-            keys = [(previous[i], prompt[i]) for i in rows]
-            stored = self.adjacency.refresh([t for _, t in keys], [p for p, _ in keys], top.indices, top.values)
+            tokens, before = [prompt[i] for i in rows], [previous[i] for i in rows]
+            stored = self.adjacency.refresh(tokens, before, top.indices, top.values)
             if self.record_sources:  # the replay (goose.replay) rebuilds the table from these and the steps' rows
-                self.run.prefill_rows = [(p, t, row) for (p, t), row in zip(keys, stored)]
+                self.run.prefill_rows = list(zip(before, tokens, stored))
         self.verifier.truncate(len(prompt))  # the whole prompt is committed
         self.run.totals.prefill_s = time.perf_counter() - start
         self.run.totals.forward_passes = 1

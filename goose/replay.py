@@ -21,15 +21,15 @@ Replaying the recorded setting rebuilds the recorded run exactly, step for step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from goose.budget import accepted_length
 from goose.config import GooseConfig
 from goose.drafters import METHODS, DraftState
-from goose.snapshot import Row
-from goose.sources import ContextMatch, ContextMatcher
+from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
+from goose.sources.adjacency import Row, usable
 from goose.trace import RunRecord, StepRecord
 from goose.tree import DraftTree
 
@@ -62,27 +62,26 @@ def anchor_positions(run: RunRecord) -> list[int]:
 class ReplayTable:
     """The adjacency table as a replay at one position would hold it, from the recorded run's rows.
 
-    Rows of recorded steps wholly behind the position sit in `unigram` / `bigram`; the step the
-    position falls inside (its pass began before the position, its accepted path reaches past it)
-    lies over them in `_recent`, without the rows of its path at or after the position.
-    Lookups follow AdjacencyTable.successors with the replay's min_score and bigram setting.
+    Rows of recorded steps wholly behind the position are stored in `table`; the step the position
+    falls inside (its pass began before the position, its accepted path reaches past it) lies over
+    them in `recent`, without the rows of its path at or after the position. Both store as the
+    recorded table stored; lookups follow AdjacencyTable.successors with the replay's min_score and
+    bigram setting.
     """
 
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
         self.min_score, self.use_bigram = config.min_score, config.use_bigram
-        self.recorded_bigram = bool(run.config.get("use_bigram", True))
-        self.unigram: dict[int, Row] = {}
-        self.bigram: dict[tuple[int, int], Row] = {}
-        self._recent: tuple[dict[int, Row], dict[tuple[int, int], Row]] = ({}, {})
-        self._store(self.unigram, self.bigram, [(previous, token, row) for previous, token, row in run.prefill_rows])
+        recorded = GooseConfig.from_dict(run.config)
+        self.table = AdjacencyTable(recorded.top_k, recorded.min_score, recorded.use_bigram)
+        self.recent = AdjacencyTable(recorded.top_k, recorded.min_score, recorded.use_bigram)
+        self._store(self.table, run.prefill_rows)
         self._steps = list(zip(anchor_positions(run), run.steps))
         self._applied = 0  # recorded steps wholly in the table
 
-    def _store(self, unigram: dict, bigram: dict, keyed_rows: list[tuple[int | None, int, Row]]) -> None:
-        for previous, token, row in keyed_rows:
-            unigram[token] = row
-            if self.recorded_bigram and previous is not None:
-                bigram[(previous, token)] = row
+    @staticmethod
+    def _store(table: AdjacencyTable, keyed_rows: Sequence[tuple[int | None, int, Row]]) -> None:
+        table.store([token for _, token, _ in keyed_rows], [previous for previous, _, _ in keyed_rows],
+                    [row for _, _, row in keyed_rows])
 
     @staticmethod
     def _keyed_rows(step: StepRecord, before_anchor: int | None, keep: Any) -> list[tuple[int | None, int, Row]]:
@@ -101,26 +100,26 @@ class ReplayTable:
             start, step = self._steps[self._applied]
             if start + len(step.committed) > position:
                 break
-            self._store(self.unigram, self.bigram, self._keyed_rows(step, before_anchor(start), lambda i: True))
+            self._store(self.table, self._keyed_rows(step, before_anchor(start), lambda i: True))
             self._applied += 1
-        self._recent = ({}, {})
+        self.recent.unigram.clear()
+        self.recent.bigram.clear()
         if self._applied < len(self._steps):
             start, step = self._steps[self._applied]
             if start < position:  # its pass came before; its path at depth >= position - start is still ahead
                 on_path = {0, *step.accepted}
                 ahead = {i for i in on_path if step.nodes[i].depth >= position - start}
-                self._store(*self._recent, self._keyed_rows(step, before_anchor(start), lambda i: i not in ahead))
+                self._store(self.recent, self._keyed_rows(step, before_anchor(start), lambda i: i not in ahead))
         return self
 
     def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
-        recent_unigram, recent_bigram = self._recent
         pairs = None
         if self.use_bigram and previous is not None:
             key = (previous, token)
-            pairs = recent_bigram.get(key, self.bigram.get(key))
+            pairs = self.recent.bigram.get(key, self.table.bigram.get(key))
         if pairs is None:
-            pairs = recent_unigram.get(token, self.unigram.get(token, []))
-        return [(t, s) for t, s in pairs if t >= 0 and s >= self.min_score]
+            pairs = self.recent.unigram.get(token, self.table.unigram.get(token, []))
+        return usable(pairs, self.min_score)
 
 
 def _accepted_nodes(tree: DraftTree, continuation: list[int], accepted: int) -> list[int]:

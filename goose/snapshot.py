@@ -20,6 +20,7 @@ import torch
 from goose.config import GooseConfig
 from goose.drafters import METHODS, Balanced, DraftState, Recycling, SpineTree
 from goose.sources import AdjacencyTable, ContextMatch
+from goose.sources.adjacency import Row
 
 SNAPSHOT_FORMAT = 1
 SNAPSHOT_BUDGET = 128  # the largest tree (nodes, root included) a snapshot is recorded for
@@ -27,8 +28,6 @@ GRID_BUDGETS = (SNAPSHOT_BUDGET, SNAPSHOT_BUDGET // 4)
 GRID_SPINE_SHARES = (0.0, 0.5, 1.0)
 GRID_RHOS = (0.0, 1.0)
 GRID_BRANCHING = (1, 2, 3, 4)
-
-Row = list[tuple[int, float]]
 
 
 class RowPool:

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from goose.snapshot import Row, RowPool, Snapshot
+from goose.snapshot import RowPool, Snapshot
+from goose.sources.adjacency import Row
 
 TRACE_FORMAT = "goose-trace/3"
 READABLE_FORMATS = ("goose-trace/1", "goose-trace/2", TRACE_FORMAT)

@@ -208,10 +208,6 @@ class RunWhatIf:
         return [step.accepted for step in self.steps]
 
     @property
-    def accepted_lengths(self) -> list[int]:
-        return self.accepted
-
-    @property
     def budgets(self) -> list[int]:
         return [step.budget for step in self.steps]
 
@@ -222,10 +218,6 @@ class RunWhatIf:
     @property
     def positions(self) -> list[int]:
         return [step.position for step in self.steps]
-
-    @property
-    def exact_steps(self) -> int:
-        return len(self.steps) if self.exact else 0
 
     @property
     def tau(self) -> float:
@@ -339,8 +331,8 @@ def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balance
     {"budget": {method: [(budget, tau, speedup)]}, "spine_share": [(share, tau)]}."""
     def pooled(**settings: Any) -> tuple[float, float | None]:
         results = {str(i): run_what_if(run, **settings) for i, run in enumerate(runs)}
-        estimates = {i: _Estimated(r.method, r.totals) for i, r in results.items()}
-        baselines = {i: _Estimated(metrics.BASELINE, r.baseline) for i, r in results.items()}
+        estimates = {i: Estimated(r.method, r.totals) for i, r in results.items()}
+        baselines = {i: Estimated(metrics.BASELINE, r.baseline) for i, r in results.items()}
         costs = all(r.has_costs for r in results.values())
         return (metrics.pooled_tau(estimates.values()) or 0.0,
                 metrics.pooled_speedup(estimates, baselines) if costs else None)
@@ -351,8 +343,8 @@ def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balance
 
 
 @dataclass
-class _Estimated:
-    """An estimate as goose.metrics reads a run."""
+class Estimated:
+    """A run known by its totals alone (an estimate, or counts kept without the run), as goose.metrics reads one."""
 
     method: str
     totals: RunTotals
@@ -368,7 +360,7 @@ def agreement(traces: Sequence[RunRecord], real_tau: dict[str, float], budget: i
     rows = []
     for method, tau in real_tau.items():
         settings = {"method": method} if budget is None else {"method": method, "budget": budget}
-        results = [_Estimated(method, run_what_if(run, **settings).totals) for run in traces]
+        results = [Estimated(method, run_what_if(run, **settings).totals) for run in traces]
         estimate = metrics.pooled_tau(results) or 0.0
         rows.append([method, str(budget or "each step's own"), f"{estimate:.3f}", f"{tau:.3f}",
                      f"{100 * (estimate - tau) / tau:+.1f} %"])

@@ -98,7 +98,7 @@ def test_the_table_leaves_out_the_path_ahead_of_the_anchor(models):
     sequence = run.prompt_tokens + run.tokens
     table = ReplayTable(run, goose.GooseConfig.from_dict(run.config)).at(start + 1, sequence, len(run.prompt_tokens))
     ahead = [step.rows[n] for n in step.accepted]  # every accepted node sits at depth >= 1: at or after the anchor
-    recent = [row for tier in table._recent for row in tier.values()]
+    recent = [*table.recent.unigram.values(), *table.recent.bigram.values()]
     assert recent and not any(row is ahead_row for row in recent for ahead_row in ahead)
     assert any(row is step.rows[0] for row in recent) or step.nodes[0].token in {n.token for n in step.nodes[1:]}
 

@@ -22,7 +22,7 @@ from goose.decode import generate
 from goose.drafters import Balanced, SpineTree
 from goose.model import GooseModel
 from goose.trace import RunTotals
-from goose.whatif import relative_error, run_what_if
+from goose.whatif import Estimated, relative_error, run_what_if
 
 # The settings the check replays and runs: budgets, the spine's two extremes, the isotropic control.
 WHAT_IF_SETTINGS: tuple[dict[str, Any], ...] = (
@@ -86,18 +86,8 @@ def load_rows(path: Path) -> list[CheckRow]:
     return [CheckRow(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-@dataclass
-class _Timed:
-    """A run as goose.metrics reads it, from a check row's counts."""
-
-    method: str
-    totals: RunTotals
-    tokens: tuple = ()
-    accepted_lengths: tuple = ()
-
-
-def _timed(tokens: int, passes: int, seconds: float) -> _Timed:
-    return _Timed("", RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=seconds))
+def _timed(tokens: int, passes: int, seconds: float) -> Estimated:
+    return Estimated("", RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=seconds))
 
 
 def summarize_checks(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:

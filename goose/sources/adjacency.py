@@ -16,6 +16,11 @@ import torch
 Row = list[tuple[int, float]]  # (successor, score) pairs, most likely first
 
 
+def usable(pairs: Row, min_score: float) -> Row:
+    """The pairs a builder may draft from: real token ids scoring at least `min_score`."""
+    return [(t, s) for t, s in pairs if t >= 0 and s >= min_score]
+
+
 class AdjacencyTable:
     """Two-tier top-K successor table, kept sparse: only tokens seen in a run have rows, so a run's
     table costs nothing up front whatever the vocabulary."""
@@ -65,4 +70,4 @@ class AdjacencyTable:
         pairs = self.bigram.get((previous, token)) if self.use_bigram and previous is not None else None
         if pairs is None:
             pairs = self.unigram.get(token, [])
-        return [(t, s) for t, s in pairs if t >= 0 and s >= self.min_score]
+        return usable(pairs, self.min_score)
