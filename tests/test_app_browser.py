@@ -414,14 +414,8 @@ def test_lab_changes_budget_and_spine_share_on_a_replayed_trace(page) -> None:
     small = goose.what_if(run, index, budget=budget)
     share = goose.what_if(run, index, budget=budget, spine_share=spine_share)
 
-    page.get_by_role("tab", name="Replay").click()
-    page.locator("#replay-open").click()
-    _tree(page, "replay", 0)
-    page.get_by_role("tab", name="Lab").click()
-    page.locator("#lab-source").get_by_text("Replay trace").click()
-    page.locator("#lab-open").click()
-    whole = _replays_whole("code-completion.json")
-    page.wait_for_selector("#lab-sweep .js-plotly-plot .main-svg" if whole else "#lab-costs .js-plotly-plot")
+    _open_shipped_trace_in_lab(page)
+    page.wait_for_selector("#lab-sweep .js-plotly-plot .main-svg")
     _set_slider(page, "lab-step", index)
     first = _lab_tree(page, index)
     _wait_would(page, run.steps[index].accepted_length)
@@ -439,21 +433,21 @@ def test_lab_changes_budget_and_spine_share_on_a_replayed_trace(page) -> None:
     _wait_would(page, share.accepted)
     shared = _lab_tree(page, index)
     assert shared != smaller, "the rebuilt tree follows the spine share"
-    if whole:  # an older trace rebuilds single steps only: no chart of the whole run
-        page.wait_for_selector("#lab-run-chart .js-plotly-plot .main-svg")
-        assert page.locator("#lab-run-chart .js-plotly-plot .scatterlayer .trace").count() >= 1
+    page.wait_for_selector("#lab-run-chart .js-plotly-plot .main-svg")
+    assert page.locator("#lab-run-chart .js-plotly-plot .scatterlayer .trace").count() >= 1
     page.screenshot(path=str(ARTIFACTS / "lab.png"), full_page=True)
     assert not page.remote_requests, "the Lab must work offline: nothing may be fetched from the network"
 
 
-def _replays_whole(name: str) -> bool:
-    """Whether a shipped trace holds what a replay of the whole run needs (the current trace format)."""
-    import json
-
-    from app.callbacks import EXAMPLE_TRACES
-    from goose.trace import TRACE_FORMAT
-
-    return json.loads((EXAMPLE_TRACES / name).read_text())["format"] == TRACE_FORMAT
+def _open_shipped_trace_in_lab(page) -> None:
+    """Open the example Replay opens first (code-completion.json, a current trace: tests/test_lab.py checks it
+    replays whole) in Replay, then in the Lab."""
+    page.get_by_role("tab", name="Replay").click()
+    page.locator("#replay-open").click()
+    _tree(page, "replay", 0)
+    page.get_by_role("tab", name="Lab").click()
+    page.locator("#lab-source").get_by_text("Replay trace").click()
+    page.locator("#lab-open").click()
 
 
 def _plot_text(page, elem_id: str) -> str:
@@ -466,18 +460,10 @@ def test_lab_shows_the_device_and_checks_an_estimate_with_a_real_run(page) -> No
     """A shipped trace shows the cost curve of the device it was recorded on beside the H200's; a fresh run shows
     the budget with the most estimated tokens per second, and "Check with a real run" sets the measured τ
     beside the estimate."""
-    page.get_by_role("tab", name="Replay").click()
-    page.locator("#replay-open").click()
-    _tree(page, "replay", 0)
-    page.get_by_role("tab", name="Lab").click()
-    page.locator("#lab-source").get_by_text("Replay trace").click()
-    page.locator("#lab-open").click()
+    _open_shipped_trace_in_lab(page)
     costs = _plot_text(page, "lab-costs")
     assert "this run's device" in costs and "H200, 1B Llama" in costs
-    if _replays_whole("code-completion.json"):  # the example Replay opens first
-        assert "best budget" in _plot_text(page, "lab-sweep") and "best estimated budget" in costs
-    else:
-        page.get_by_text("an older format").first.wait_for()
+    assert "best budget" in _plot_text(page, "lab-sweep") and "best estimated budget" in costs
 
     page.get_by_role("tab", name="Explore").click()
     page.locator("#explore-prompt textarea").fill("one two three, one two three, one two three, one two")
