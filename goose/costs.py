@@ -20,9 +20,12 @@ import torch
 
 import goose.tree
 import goose.verify
-from goose.head import HEAD_CHOICES, head_for, heads_here
+from goose.config import GooseConfig
+from goose.head import HEAD_CHOICES, head_for, heads_here, known_head, parse_routed, routed_kind
 from goose.model import GooseModel, cache_dir
 from goose.packed import body_linears
+from goose.sources import AdjacencyTable, ContextMatcher
+from goose.tree import BRANCH, DraftTree, build_goose_tree
 from goose.verify import Verifier
 
 # 1 is the root alone: a plain autoregressive step. Where no tree pays for its extra rows (a steep
@@ -49,10 +52,11 @@ def median_seconds(call: Callable[[], object], repeats: int, device: torch.devic
 
 
 def choose_head(goose_model: GooseModel, kind: str = "auto") -> str:
-    """The head a run applies: `kind` itself, or for "auto" the fastest exact head on this device, timed
-    once per model on 16 rows. The bf16 screen pays where bfloat16 products are fast (AVX-512 BF16, AMX,
-    GPUs); on a plain AVX2 CPU bf16 is emulated and the int8 screen is the fast one."""
-    if kind not in HEAD_CHOICES:
+    """The head a run applies: `kind` itself, or for "auto" the fastest exact head on this device for every
+    call size, timed once per model (`_faster_head`). The bf16 screen pays where bfloat16 products are fast
+    (AVX-512 BF16, AMX, GPUs) and on many rows; on a plain AVX2 CPU bf16 is emulated and the int8 screen is
+    the fast one."""
+    if not known_head(kind):
         raise ValueError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_CHOICES)}")
     if kind != "auto":
         return kind
@@ -68,23 +72,48 @@ def _contenders(goose_model: GooseModel) -> list[str]:
     return [kind for kind in heads_here(goose_model) if not (kind == "screened" and emulated_bf16)]
 
 
+ROUTE_ROWS = (1, 2, 4, 8, 16, 32)  # rows per call the heads are timed at: the autoregressive step to big trees
+
+
+def fastest_route(seconds: Mapping[str, Mapping[int, float]]) -> str:
+    """The head, or routed pair of heads (goose.head.routed_kind), with the least time over the timed call
+    sizes, each size counted relative to its fastest head (so that big calls do not outweigh small ones).
+    A pair must win: a single head is kept where it is fastest, or as fast, at every size."""
+    sizes = sorted(next(iter(seconds.values())))
+    best = {n: min(times[n] for times in seconds.values()) for n in sizes}
+
+    def score(head_at: Callable[[int], str]) -> float:
+        return sum(seconds[head_at(n)][n] / best[n] for n in sizes)
+
+    options = {kind: (lambda n, kind=kind: kind) for kind in seconds}
+    for small in seconds:
+        for large in seconds:
+            for rows in sizes[1:]:
+                if small != large:
+                    options[routed_kind(small, large, rows)] = (
+                        lambda n, small=small, large=large, rows=rows: small if n < rows else large)
+    return min(options, key=lambda kind: (score(options[kind]), "@" in kind))
+
+
 @torch.inference_mode()
-def _faster_head(goose_model: GooseModel, rows: int = 16, repeats: int = 3) -> str:
+def _faster_head(goose_model: GooseModel, sizes: Sequence[int] = ROUTE_ROWS, repeats: int = 3) -> str:
     weight = goose_model.model.get_output_embeddings().weight
     # Hidden states that point at a vocabulary row, as a confident prediction does (random ones would
     # give every screen a flat row, unlike real text).
-    picks = torch.randint(0, weight.shape[0], (rows,), generator=torch.Generator().manual_seed(0))
+    picks = torch.randint(0, weight.shape[0], (max(sizes),), generator=torch.Generator().manual_seed(0))
     hidden = weight[picks.to(weight.device)].float()
     hidden = hidden * (20 / hidden.norm(dim=1, keepdim=True).square().clamp_min(1e-12))
-    seconds = {}
+    seconds: dict[str, dict[int, float]] = {}
     kinds = _contenders(goose_model)
     for kind in kinds:
         head = head_for(goose_model, kind)
-        head.greedy(hidden, 10)  # warm-up
-        seconds[kind] = median_seconds(lambda: head.greedy(hidden, 10), repeats, weight.device)  # noqa: B023
-    chosen = min(kinds, key=seconds.__getitem__)
+        head.greedy(hidden[:sizes[0]], 10)  # warm-up
+        seconds[kind] = {n: median_seconds(lambda: head.greedy(hidden[:n], 10), repeats,  # noqa: B023
+                                           weight.device) for n in sizes}
+    chosen = fastest_route(seconds)
+    used = parse_routed(chosen) or (chosen,)
     for kind in kinds:  # the losers' weight copies are memory nobody will use
-        if kind not in (chosen, "full"):
+        if kind not in (*used, "full"):
             goose_model.cache.heads.pop(kind, None)
     return chosen
 
@@ -92,6 +121,37 @@ def _faster_head(goose_model: GooseModel, rows: int = 16, repeats: int = 3) -> s
 def _measure_text() -> str:
     """Text to measure verification on: this package's own source (code and English), always at hand."""
     return inspect.getsource(goose.tree) + inspect.getsource(goose.verify)
+
+
+def measurement_text(goose_model: GooseModel, length: int) -> list[int]:
+    """At least `length` tokens of the measurement text (repeated where it is shorter)."""
+    text = goose_model.encode(_measure_text())
+    while len(text) < length:
+        text = text + text
+    return text
+
+
+def measurement_tree(goose_model: GooseModel, verifier: Verifier, text: Sequence[int], prefix: int, size: int,
+                     head: str) -> DraftTree:
+    """The spine tree of `size` nodes a run would draft at token `prefix` of `text`, its adjacency table seeded
+    from the prefix's own rows: real branches, whose rows are flatter than text's (a screened head pays for
+    that). Leaves `verifier` holding the prefix. Filled up with the text's own tokens where the sources run short."""
+    config = GooseConfig()
+    verifier.truncate(0)
+    hidden = verifier.forward_chain(list(text[:prefix]))
+    verifier.truncate(prefix)
+    adjacency = AdjacencyTable(config.top_k, config.min_score, config.use_bigram)
+    top = head_for(goose_model, head).top(hidden, config.top_k)
+    adjacency.refresh(text[:prefix], [None, *text[:prefix - 1]], top.indices, top.values)
+    matcher = ContextMatcher(config.ngram_lengths, config.max_chain, config.long_match, config.extend_above,
+                             config.max_extended_chain)
+    matcher.extend(list(text[:prefix + 1]))
+    tree = build_goose_tree(text[prefix], text[prefix - 1], matcher.match(), adjacency, config, size,
+                            config.ema_start)
+    filler = iter(text[prefix + 1:])
+    while len(tree) < size:
+        tree.add(next(filler), len(tree) - 1, BRANCH)
+    return tree
 
 
 def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:

@@ -22,7 +22,7 @@ from goose.budget import tuner_for
 from goose.config import GooseConfig
 from goose.costs import choose_head, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.head import HEAD_CHOICES, head_for
+from goose.head import HEAD_CHOICES, head_for, known_head
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot
@@ -270,7 +270,7 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
             raise ValueError("a prompt of token ids holds whole numbers >= 0 only")
     if not (prompt.strip() if isinstance(prompt, str) else prompt):
         raise ValueError("the prompt is empty: give some text to continue")
-    if head not in HEAD_CHOICES:
+    if not known_head(head):
         raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEAD_CHOICES)}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from goose.packed import kernels_exist, packed_product, reorder_weight
+
 if TYPE_CHECKING:
     from goose.model import GooseModel
 
@@ -34,7 +36,8 @@ BF16_EPS = 2.0 ** -8   # relative rounding of a bf16 value
 FP32_EPS = 2.0 ** -24
 SCREEN_WIDTH = 16  # bf16 top-k searched for candidates before a full scan
 HEADS = ("int8", "screened", "full")  # exact through an int8 or a bf16 screen, or the textbook float32 head
-HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster here (goose.costs.choose_head)
+HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster here (goose.costs.choose_head),
+# which may be a routed pair, one head for small calls and one for big (RoutedHead, "int8+screened@8")
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -125,10 +128,23 @@ class ScreenedHead(Screen):
         self.max_norm = float(weight.norm(dim=1).max())
         self.max_error_norm = float((weight - self.weight_bf16.float()).norm(dim=1).max())
         self.max_bf16_norm = float(self.weight_bf16.float().norm(dim=1).max())
+        # On a CPU, oneDNN with the bf16 weight reordered once for it: the same bf16 products accumulated in
+        # float32, which the bound covers whatever the order (measured, embedded model, AMX Xeon, 2 threads:
+        # 1 to 16 rows 23-25 ms instead of 30-32 ms).
+        self.packed_bf16 = None
+        if weight.device.type == "cpu" and kernels_exist():
+            try:
+                self.packed_bf16 = reorder_weight(self.weight_bf16)
+            except RuntimeError:  # a oneDNN build without bf16 products: the plain product below
+                pass
+        if self.packed_bf16 is not None:
+            self.weight_bf16 = None  # the packed copy serves every product: one bf16 copy of the head, not two
 
     def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """bf16 logits [n, vocab] (before soft-capping) and each row's slack (the bound in the module notes)."""
-        approx = (hidden.to(torch.bfloat16) @ self.weight_bf16.T).float()
+        rows = hidden.to(torch.bfloat16)
+        approx = (rows @ self.weight_bf16.T if self.packed_bf16 is None
+                  else packed_product(rows, self.packed_bf16, None)).float()
         low = hidden.to(torch.bfloat16).float()
         low_norm = low.norm(dim=1)
         slack = ((hidden - low).norm(dim=1) * self.max_norm + low_norm * self.max_error_norm
@@ -359,6 +375,58 @@ class ScreenedRows(TargetRows):
         return torch.topk(self.approx, min(k, self.vocab_size), dim=-1)
 
 
+class RoutedHead:
+    """Two exact heads, each on the calls it is faster for: `small` below `rows` rows a call, `large` from there.
+
+    Why: the best screen depends on how many rows a call holds (measured, embedded model, AVX-512/AMX Xeon,
+    2 threads: 1 row int8 16 ms, bf16 38 ms; 32 rows int8 95 ms, bf16 61 ms): the autoregressive step and small
+    trees want one, big trees the other. Both return the float32 argmax and float32 rows where sampling asks, so
+    which one answers a call changes no token; only the adjacency table's approximate top-k comes from the
+    screen that answered."""
+
+    def __init__(self, small: FullHead, large: FullHead, rows: int) -> None:
+        self.small, self.large, self.rows = small, large, rows
+        self.lm_head, self.cap = large.lm_head, large.cap
+
+    def pick(self, hidden: torch.Tensor) -> FullHead:
+        return self.small if hidden.shape[0] < self.rows else self.large
+
+    @property
+    def screened_rows(self) -> int:
+        return sum(getattr(head, "screened_rows", 0) for head in (self.small, self.large))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.large.logits(hidden)
+
+    def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
+        return self.pick(hidden).greedy(hidden, top_k)
+
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        return self.pick(hidden).top(hidden, top_k)
+
+    def target_rows(self, hidden: torch.Tensor) -> TargetRows:
+        return self.pick(hidden).target_rows(hidden)
+
+
+def routed_kind(small: str, large: str, rows: int) -> str:
+    """The name of a routed head: "int8+screened@8" is int8 below 8 rows a call, screened from 8."""
+    return f"{small}+{large}@{rows}"
+
+
+def parse_routed(kind: str) -> tuple[str, str, int] | None:
+    """(small, large, rows) of a routed head's name, None for any other name."""
+    pair, _, rows = kind.partition("@")
+    small, _, large = pair.partition("+")
+    if small in HEADS and large in HEADS and small != large and rows.isdigit() and int(rows) >= 2:
+        return small, large, int(rows)
+    return None
+
+
+def known_head(kind: str) -> bool:
+    """A head a run may ask for: one of HEAD_CHOICES, or a routed pair of HEADS (routed_kind)."""
+    return kind in HEAD_CHOICES or (isinstance(kind, str) and parse_routed(kind) is not None)
+
+
 HEAD_CLASSES = {"int8": Int8ScreenedHead, "screened": ScreenedHead, "full": FullHead}
 
 
@@ -385,7 +453,9 @@ def head_for(goose_model: GooseModel, kind: str = "screened") -> FullHead:
     bfloat16 weight copy and norms cost about a second on the embedded model, once rather than per call."""
     heads = goose_model.cache.heads
     if kind not in heads:
-        heads[kind] = make_head(goose_model.model, kind)
+        routed = parse_routed(kind)
+        heads[kind] = (RoutedHead(head_for(goose_model, routed[0]), head_for(goose_model, routed[1]), routed[2])
+                       if routed else make_head(goose_model.model, kind))
     return heads[kind]
 
 

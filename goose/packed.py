@@ -34,7 +34,7 @@ def enabled() -> bool:
     return os.environ.get("GOOSE_PACKED_LINEARS", "1") != "0"
 
 
-def _kernels_exist() -> bool:
+def kernels_exist() -> bool:
     try:
         torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise  # noqa: B018
     except (AttributeError, RuntimeError):
@@ -42,8 +42,14 @@ def _kernels_exist() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
-def _product(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def packed_product(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """rows @ weight.T (+ bias) through oneDNN, `weight` as `reorder_weight` laid it out."""
     return torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+
+
+def reorder_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [out, in] laid out once for oneDNN's products of about BATCH_HINT rows."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
 
 
 _single_row_apart: dict[tuple, bool] = {}  # (out, in, bias, threads) -> oneDNN rounds a lone row its own way
@@ -60,9 +66,9 @@ def single_row_apart(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     if key not in _single_row_apart:
         generator = torch.Generator().manual_seed(0)
         x = torch.randn(8, weight.shape[1], generator=generator)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
-        together = _product(x, packed, bias)
-        alone = torch.cat([_product(x[i:i + 1], packed, bias) for i in range(len(x))])
+        packed = reorder_weight(weight)
+        together = packed_product(x, packed, bias)
+        alone = torch.cat([packed_product(x[i:i + 1], packed, bias) for i in range(len(x))])
         _single_row_apart[key] = not torch.equal(alone, together)
     return _single_row_apart[key]
 
@@ -81,7 +87,7 @@ class _PackedWeight:
         weight = self.linear.weight
         key = (weight.data_ptr(), weight._version)
         if key != self.key:
-            self.weight, self.key = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT), key
+            self.weight, self.key = reorder_weight(weight), key
             self.pair_single_rows = single_row_apart(weight, self.linear.bias)
         return self.weight
 
@@ -93,16 +99,16 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     packed = self._goose_packed
     weight = packed.current()
     if len(rows) == 1 and packed.pair_single_rows:
-        out = _product(rows.repeat(2, 1), weight, self.bias)[:1]
+        out = packed_product(rows.repeat(2, 1), weight, self.bias)[:1]
     else:
-        out = _product(rows, weight, self.bias)
+        out = packed_product(rows, weight, self.bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def pack_linears(body: torch.nn.Module) -> bool:
     """Give every plain float32 CPU `nn.Linear` of `body` a packed weight (once per model).
     True when the body runs packed inside `packed_linears()`."""
-    if not enabled() or not _kernels_exist():
+    if not enabled() or not kernels_exist():
         return False
     # Exact type: subclasses (quantised, LoRA, ...) keep their own forward.
     linears = [m for m in body.modules() if type(m) is torch.nn.Linear]

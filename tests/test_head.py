@@ -265,3 +265,44 @@ def test_flat_target_rows_fall_back_to_the_whole_row(monkeypatch):
         assert rows.draw(1, 0.7, torch.Generator().manual_seed(seed)) == truth.draw(1, 0.7,
                                                                                    torch.Generator().manual_seed(seed))
     assert torch.equal(rows.top(2, 4)[1].sort().values, truth.top(2, 4)[1].sort().values)
+
+
+def test_the_fastest_route_routes_only_where_a_pair_wins():
+    """auto's pick from the timings per call size: the head that wins everywhere stays alone (ties too); where
+    one wins small calls and another big ones, the pair with the threshold between them."""
+    from goose.costs import fastest_route
+
+    sizes = (1, 2, 4, 8, 16, 32)
+    int8 = dict(zip(sizes, (16, 19, 23, 32, 47, 95)))
+    bf16 = dict(zip(sizes, (38, 37, 39, 30, 36, 61)))
+    full = dict(zip(sizes, (37, 38, 73, 121, 110, 134)))
+    assert fastest_route({"int8": int8, "screened": bf16, "full": full}) == "int8+screened@8"
+    assert fastest_route({"int8": int8, "full": full}) == "int8"
+    assert fastest_route({"screened": bf16, "full": full}) == "full+screened@2"
+    assert fastest_route({"int8": int8, "screened": dict(int8)}) == "int8"
+
+
+def test_a_routed_head_answers_each_call_from_its_own_head_and_stays_exact():
+    """int8+screened@4: calls of fewer than 4 rows go to the int8 screen, the rest to the bf16 one; both give the
+    float32 argmax; an unknown or degenerate pair is refused."""
+    from goose.head import RoutedHead, known_head, parse_routed
+
+    model = tiny_llama(0)
+    head = head_for(model, "int8+screened@4")
+    assert isinstance(head, RoutedHead) and (head.small, head.large) == (head_for(model, "int8"),
+                                                                         head_for(model, "screened"))
+    weight = model.model.get_output_embeddings().weight
+    hidden = torch.randn(6, weight.shape[1], generator=torch.Generator().manual_seed(0))
+    full = head_for(model, "full")
+    for rows in (1, 3, 4, 6):
+        before = (head.small.screened_rows, head.large.screened_rows)
+        assert torch.equal(head.greedy(hidden[:rows])[0], full.greedy(hidden[:rows])[0])
+        answered = head.small if rows < 4 else head.large
+        other = head.large if rows < 4 else head.small
+        assert answered.screened_rows > before[answered is head.large] and \
+            other.screened_rows == before[other is head.large]
+    assert parse_routed("int8+screened@4") == ("int8", "screened", 4)
+    for bad in ("int8+int8@4", "int8+screened@1", "int8+bogus@4", "int8+screened", "bogus"):
+        assert not known_head(bad)
+    with pytest.raises(ValueError, match="unknown head"):
+        goose.generate(model, "abc", head="int8+int8@4")

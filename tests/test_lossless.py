@@ -95,11 +95,12 @@ def test_the_default_auto_budget_and_shape_are_lossless(name):
     assert all(tuner.all_steps > 0 for tuner in tuners.values())
 
 
-@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("head", [*HEADS, "int8+screened@8", "screened+int8@2"])
 @pytest.mark.parametrize("name", ["llama-0", "gemma3-window5"])
 def test_every_method_is_lossless_with_every_head(name, head):
-    """head= switches every method, the baseline included: the int8 and bf16 screens and the textbook
-    float32 head all give the transformers greedy output."""
+    """head= switches every method, the baseline included: the int8 and bf16 screens, the textbook
+    float32 head and routed pairs of them (one head for small calls, one for big: the prefill, the
+    autoregressive step and both tree sizes cross the threshold) all give the transformers greedy output."""
     for method in goose.METHODS:
         for prompt in (PROMPTS["code"], echo_prompt(name)):
             for budget in (7, 40):

@@ -27,7 +27,7 @@ from goose.bench.summary import summarize, write_summary_csv
 from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
 from goose.decode import METHODS, eos_ids, generate
-from goose.head import HEAD_CHOICES
+from goose.head import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.packed import body_linears
@@ -62,7 +62,7 @@ class BenchSettings:
     head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.head.HEAD_CHOICES)
 
     def __post_init__(self) -> None:
-        if self.head not in HEAD_CHOICES:
+        if not known_head(self.head):
             raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEAD_CHOICES)}")
 
 
