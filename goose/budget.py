@@ -97,6 +97,50 @@ class _Estimate:
         return (1.0 + self.accepted) / self.cost
 
 
+class CostCalibration:
+    """How much a real step's verification costs over the measured table, per tree size, learnt from the
+    passes the run really verified.
+
+    Why: the table times text chains passed back to back; a real step's pass costs more, and the more the
+    bigger its tree (measured, embedded model, 2-core AMX Xeon, HumanEval: 1 node 1.08x the table, 5 nodes
+    1.2x, 10 nodes 1.3x, 23 nodes 1.4x: flatter rows on rejected branches cost the screened head more, and
+    the walk and the cache's upkeep are not in the table). A tuner that read the table alone picked trees
+    too big. Each grid size keeps a running mean of measured / table over the passes nearest to it (an EMA
+    once it has seen 1 / decay of them); a size in between reads the two nearest sizes seen, linearly, and a
+    size beyond them the nearest one's; no pass seen: 1.
+    """
+
+    def __init__(self, costs: Mapping[int, float], decay: float = 0.05) -> None:
+        self.costs, self.decay = costs, decay
+        self.ratios: dict[int, tuple[float, int]] = {}  # grid size -> (ratio, passes seen)
+
+    def observe(self, nodes: int, seconds: float) -> None:
+        """One real pass of `nodes` nodes took `seconds` (a ratio far off, a disturbed pass, is clipped)."""
+        size = min(self.costs, key=lambda n: abs(n - nodes))
+        ratio = min(3.0, max(0.5, seconds / interpolate_cost(self.costs, nodes)))
+        mean, count = self.ratios.get(size, (ratio, 0))
+        count += 1
+        self.ratios[size] = (mean + max(self.decay, 1.0 / count) * (ratio - mean), count)
+
+    def scale(self, nodes: int) -> float:
+        if not self.ratios:
+            return 1.0
+        sizes = sorted(self.ratios)
+        below = [n for n in sizes if n <= nodes]
+        above = [n for n in sizes if n >= nodes]
+        if not below or not above:
+            return self.ratios[sizes[0] if not below else sizes[-1]][0]
+        low, high = below[-1], above[0]
+        if low == high:
+            return self.ratios[low][0]
+        share = (nodes - low) / (high - low)
+        return self.ratios[low][0] + share * (self.ratios[high][0] - self.ratios[low][0])
+
+    def cost(self, nodes: int) -> float:
+        """The table's cost of a `nodes`-node pass, as real passes have come out against it."""
+        return interpolate_cost(self.costs, nodes) * self.scale(nodes)
+
+
 class BudgetTuner:
     """Picks each step's tree shape and budget from measured costs and counterfactual acceptance.
 
@@ -107,13 +151,14 @@ class BudgetTuner:
     place) near the current best budget: a coordinate-wise search that costs no verification.
     A key competes once it has `min_count` observations (the starting shape's budgets from a
     weak prior). Its cost is that of the trees it really builds (a tree may fall short of its
-    budget, or grow with confidence), read off the measured table. `pinned` knobs (set by the
-    caller) are never moved.
+    budget, or grow with confidence), read off the measured table as calibrated by the passes really
+    verified (`calibration`, fed by the decoding loop). `pinned` knobs (set by the caller) are never moved.
     """
 
     def __init__(self, costs: Mapping[int, float], knobs: Mapping[str, Sequence[Any]] | None = None,
                  start: Mapping[str, Any] | None = None, decay: float = 0.05, min_count: int = 4) -> None:
         self.costs = dict(sorted(costs.items()))
+        self.calibration = CostCalibration(self.costs, decay)  # shared with the situations' tuners
         self.decay, self.min_count = decay, min_count
         self.steps = 0
         self.situations: dict[str, BudgetTuner] = {}
@@ -128,6 +173,7 @@ class BudgetTuner:
             return self
         if name not in self.situations:
             sibling = BudgetTuner(self.costs, decay=self.decay, min_count=self.min_count)
+            sibling.calibration = self.calibration
             sibling.set_knobs(self.knobs, dict(zip(self.knobs, self.start)))
             self.situations[name] = sibling
         return self.situations[name]
@@ -208,7 +254,7 @@ class BudgetTuner:
                 reference = self.estimates.get((self.start, key[1]))
                 estimate = self.estimates[key] = _Estimate(reference.accepted if reference else 0.0, 0.0)
             estimate.update(expected_acceptance(tree, greedy, estimate.accepted),
-                            interpolate_cost(self.costs, len(tree)), self.decay)
+                            self.calibration.cost(len(tree)), self.decay)
 
 
 def tuner_for(goose_model: GooseModel, method: str, head: str = "screened", sampled: bool = False) -> BudgetTuner:

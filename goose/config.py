@@ -37,6 +37,8 @@ class GooseConfig:
                        confidence still grows it to r + confidence * (1 - r).
     spine_branch_share: rho, the share of the branch budget hung off the spine.
     max_branch_depth:  depth at which branch growth stops.
+    branches:          hang adjacency branches off the root and the spine (False: the spine alone takes
+                       the whole budget, the context chain of pld; with no match, the root alone).
     branching:         k of the balanced (isotropic) control tree.
     """
 
@@ -57,6 +59,7 @@ class GooseConfig:
     spine_share: float | None = None
     spine_branch_share: float = 0.5
     max_branch_depth: int = 6
+    branches: bool = True
     branching: int = 3
 
     def __post_init__(self) -> None:

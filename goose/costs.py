@@ -61,8 +61,34 @@ def choose_head(goose_model: GooseModel, kind: str = "auto") -> str:
     if kind != "auto":
         return kind
     if goose_model.cache.head_choice is None:
-        goose_model.cache.head_choice = _faster_head(goose_model)
+        goose_model.cache.head_choice = _cached(cache_dir() / "head-choice.json", _choice_key(goose_model),
+                                                lambda: _faster_head(goose_model))
     return goose_model.cache.head_choice
+
+
+def _choice_key(goose_model: GooseModel) -> str:
+    """The timing a head choice depends on: model, device, thread count, and the heads built here."""
+    weight = goose_model.model.get_output_embeddings().weight
+    return (f"v1|{goose_model.name}|{weight.device}|{weight.dtype}|threads={torch.get_num_threads()}"
+            f"|heads={','.join(_contenders(goose_model))}")
+
+
+def _cached(path: os.PathLike, key: str, measure: Callable[[], object]):
+    """`measure()` kept on disk under `key` in the JSON file `path`: measured once per machine, so that every
+    process agrees (a choice timed anew in each process follows the noise of the moment), written atomically
+    (several processes may measure at once)."""
+    try:
+        table = json.loads(open(path).read())
+    except (OSError, ValueError):
+        table = {}
+    if key not in table:
+        table[key] = measure()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        staging = f"{path}.{os.getpid()}.tmp"
+        with open(staging, "w") as file:
+            json.dump(table, file, indent=1)
+        os.replace(staging, path)
+    return table[key]
 
 
 def _contenders(goose_model: GooseModel) -> list[str]:
@@ -96,15 +122,19 @@ def fastest_route(seconds: Mapping[str, Mapping[int, float]]) -> str:
 
 
 @torch.inference_mode()
-def _faster_head(goose_model: GooseModel, sizes: Sequence[int] = ROUTE_ROWS, repeats: int = 3) -> str:
+def _faster_head(goose_model: GooseModel, sizes: Sequence[int] = ROUTE_ROWS, repeats: int = 3,
+                 prefix: int = 256) -> str:
     weight = goose_model.model.get_output_embeddings().weight
-    # Hidden states that point at a vocabulary row, as a confident prediction does (random ones would
-    # give every screen a flat row, unlike real text).
-    picks = torch.randint(0, weight.shape[0], (max(sizes),), generator=torch.Generator().manual_seed(0))
-    hidden = weight[picks.to(weight.device)].float()
-    hidden = hidden * (20 / hidden.norm(dim=1, keepdim=True).square().clamp_min(1e-12))
-    seconds: dict[str, dict[int, float]] = {}
     kinds = _contenders(goose_model)
+    # The rows of a real spine tree's pass (goose.costs.measurement_tree), its first n for n rows: confident
+    # spine rows and flat rejected-branch rows, as a run's calls hold them. A screen's cost depends on how
+    # flat its rows are (measured: timed on confident rows alone, the int8 screen looked as fast as bf16 up
+    # to 32 rows; on real trees it costs more from 8).
+    verifier = Verifier(goose_model.model)
+    text = measurement_text(goose_model, prefix + 2 * max(sizes))
+    tree = measurement_tree(goose_model, verifier, text, prefix, max(sizes), kinds[0])
+    hidden = verifier.forward_tree(tree).float()
+    seconds: dict[str, dict[int, float]] = {}
     for kind in kinds:
         head = head_for(goose_model, kind)
         head.greedy(hidden[:sizes[0]], 10)  # warm-up
@@ -196,20 +226,10 @@ def no_dearer_than_bigger(costs: Mapping[int, float]) -> dict[int, float]:
 def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = None,
                head: str = "screened") -> dict[int, float]:
     """This device's verification cost per node count with the given LM head, measured on first use and cached."""
-    path = cache_file or cache_dir() / "verify-costs.json"
     key = _cost_key(goose_model, torch.get_num_threads(), head)
-    try:
-        table = json.loads(open(path).read())
-    except (OSError, ValueError):
-        table = {}
-    if key not in table:
-        table[key] = {str(n): c for n, c in measure_costs(goose_model, head=head).items()}
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        staging = f"{path}.{os.getpid()}.tmp"  # several processes may measure at once: replace atomically
-        with open(staging, "w") as file:
-            json.dump(table, file, indent=1)
-        os.replace(staging, path)
-    return no_dearer_than_bigger({int(n): c for n, c in table[key].items()})
+    table = _cached(cache_file or cache_dir() / "verify-costs.json", key,
+                    lambda: {str(n): c for n, c in measure_costs(goose_model, head=head).items()})
+    return no_dearer_than_bigger({int(n): c for n, c in table.items()})
 
 
 def interpolate_cost(costs: Mapping[int, float], size: int) -> float:

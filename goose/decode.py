@@ -111,6 +111,8 @@ class Generation:
             t1 = time.perf_counter()
             verification = self._verify(tree)
             t2 = time.perf_counter()
+            if self.drafter.tuner is not None:  # what this tree really cost, against the tuner's table
+                self.drafter.tuner.calibration.observe(len(tree), t2 - t1)
             new_tokens = verification.new_tokens(tree)
             before = len(self.run.tokens)
             done = self._commit(new_tokens, tree, verification)

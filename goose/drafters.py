@@ -220,9 +220,11 @@ class SpineTree(Drafter):
     name = "goose"
     uses_adjacency = True
     # spine share r (None: the EMA tiers, 0.15-0.5, so placed among them), rho, branch depth,
-    # and width (top_k // depth children at most)
+    # and width (top_k // depth children at most); and branches or not: the spine alone is the context chain
+    # (pld's tree, or the root alone without a match), so the tuner can always fall back to it where branches
+    # do not repay their rows
     shape_grid = {"spine_share": (0.15, 0.3, None, 0.5, 0.7, 1.0), "spine_branch_share": (0.0, 0.25, 0.5, 0.75, 1.0),
-                  "max_branch_depth": (1, 2, 3, 4, 6, 8), "top_k": (2, 4, 6, 10)}
+                  "max_branch_depth": (1, 2, 3, 4, 6, 8), "top_k": (2, 4, 6, 10), "branches": (False, True)}
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         return build_goose_tree(state.anchor, state.before_anchor, state.match, state.adjacency, self.config,
@@ -231,7 +233,7 @@ class SpineTree(Drafter):
     def tree_signature(self, state: DraftState, budget: int) -> Hashable:
         """Without a context match there is no spine: its share and rho change nothing."""
         if not state.match.tokens:
-            return budget, self.config.max_branch_depth, self.config.top_k
+            return budget, self.config.max_branch_depth, self.config.top_k, self.config.branches
         return super().tree_signature(state, budget)
 
     def observe(self, state: DraftState, tree: DraftTree, accepted: Sequence[int],

@@ -134,12 +134,14 @@ def build_goose_tree(anchor: int, before_anchor: int | None, match: ContextMatch
     """The anisotropic spine tree (docs/METHOD.md) under a node budget (root included)."""
     tree = DraftTree.rooted_at(anchor)
     base = config.spine_ratio(spine_acceptance)
-    ratio = base + match.confidence * (1.0 - base)
+    ratio = base + match.confidence * (1.0 - base) if config.branches else 1.0
     spine_length = min(len(match.tokens), int(budget * ratio), budget - 1)
 
     spine = []
     for token in match.tokens[:spine_length]:
         spine.append(tree.add(token, spine[-1] if spine else 0, SPINE, match.confidence))
+    if not config.branches:  # the spine alone: the context chain
+        return tree
 
     branch_budget = budget - len(tree)
     spine_share = int(round(branch_budget * config.spine_branch_share)) if spine else 0

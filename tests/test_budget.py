@@ -153,7 +153,7 @@ def test_the_spine_tree_tuner_changes_shape_when_the_spine_is_always_right():
     """A long, always-correct context match and useless branches: the tuner gives the spine more of the tree."""
     tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (4, 8, 16, 32)})
     drafter = SpineTree(goose.GooseConfig(), tuner)
-    assert tuner.knobs and tuner.start == (None, 0.5, 6, 10)
+    assert tuner.knobs and tuner.start == (None, 0.5, 6, 10, True)
     first = None
     for _ in range(40):
         state = DraftState(0, None, ContextMatch(TARGET[:20], 0.0), Successors(), drafter.spine_acceptance)
@@ -165,6 +165,37 @@ def test_the_spine_tree_tuner_changes_shape_when_the_spine_is_always_right():
     assert shape != tuner.start
     spine = sum(source == "spine" for source in tree.sources)
     assert spine / len(tree) > sum(source == "spine" for source in first.sources) / len(first)
+
+
+def test_the_spine_tree_tuner_drops_branches_that_never_pay():
+    """Useless branches and a spine that is right: the pure chain (branches=False, pld's tree) is among the
+    shapes scored every step, so where the branches' rows only cost, the tuner ends on the chain."""
+    tuner = BudgetTuner({n: 1.0 + 0.2 * n for n in (2, 4, 8, 16)})
+    drafter = SpineTree(goose.GooseConfig(), tuner)
+    for _ in range(40):
+        state = DraftState(0, None, ContextMatch(TARGET[:3], 0.0), Successors(), drafter.spine_acceptance)
+        tree, _ = drafter.draft(state)
+        accepted = budget_module.accepted_length(tree, TARGET)
+        drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
+    assert tuner.shape_overrides(tuner.best()[0])["branches"] is False
+    assert set(tree.sources[1:]) == {"spine"} and tree.tokens[1:] == TARGET[:3]
+
+
+def test_the_tuner_calibrates_the_table_by_the_passes_it_really_verified():
+    """Passes measured at twice the table's cost near 8 nodes and at the table's cost near 2: sizes between
+    read the two linearly, sizes beyond the nearest one; a disturbed pass is clipped; no pass seen: the table."""
+    tuner = BudgetTuner({n: 0.01 * n for n in (2, 4, 8, 16)})
+    calibration = tuner.calibration
+    assert calibration.cost(4) == pytest.approx(0.04)
+    for _ in range(5):
+        calibration.observe(8, 0.16)
+        calibration.observe(2, 0.02)
+    assert calibration.scale(8) == pytest.approx(2.0) and calibration.scale(2) == pytest.approx(1.0)
+    assert calibration.scale(5) == pytest.approx(1.5) and calibration.scale(16) == pytest.approx(2.0)
+    assert calibration.cost(16) == pytest.approx(0.32)
+    calibration.observe(16, 100.0)  # a pass that waited on something else
+    assert calibration.scale(16) == pytest.approx(3.0)
+    assert tuner.situation("no match").calibration is calibration  # one device, one calibration
 
 
 def test_generate_tunes_by_default_and_learns_across_runs(monkeypatch):
@@ -221,10 +252,12 @@ def test_equal_trees_are_built_once_per_step():
     state = DraftState(0, None, ContextMatch(), Successors(), drafter.spine_acceptance)
     tree, _ = drafter.draft(state)
     assert tuner.best() == (tuner.start, 8)
-    assert len(tuner.candidates()) == 4 + 2 + 2 + 2 + 1  # 4 budgets; spine share, rho, depth, width neighbours
+    # 4 budgets; spine share, rho, depth, width and branches neighbours
+    assert len(tuner.candidates()) == 4 + 2 + 2 + 2 + 1 + 1
     CountingSpineTree.builds = 0
     drafter.observe(state, tree, [], [7])
-    assert CountingSpineTree.builds == 3 + 2 + 1  # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6
+    # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6; no branches (the root alone)
+    assert CountingSpineTree.builds == 3 + 2 + 1 + 1
 
 
 def test_steps_without_a_context_match_are_tuned_apart():

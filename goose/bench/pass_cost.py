@@ -1,4 +1,5 @@
-"""Where one verification pass spends its time, per tree size: `python -m goose.bench.pass_cost`.
+"""Where one verification pass spends its time, per tree size, and where a real step's time goes, per method:
+`python -m goose.bench.pass_cost [--steps humaneval]`.
 
 A pass is the body (the transformer without its LM head) over the tree's nodes, then the LM head's
 argmax and top-k per node. The body itself splits into its linear layers (weights streamed from memory,
@@ -16,13 +17,17 @@ screened heads pay for.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 
 import torch
 
 from goose.bench.machine import measure_memory_bandwidth
+from goose.bench.suites import format_prompt, load_suite
 from goose.costs import choose_head, measurement_text, measurement_tree, median_seconds
+from goose.decode import Generation, generate, stream
 from goose.head import head_for, heads_here
 from goose.model import GooseModel, load_model
 from goose.packed import packed_linears
@@ -112,14 +117,88 @@ def markdown_table(parts: dict[str, dict[int, float]]) -> str:
     return "\n".join(lines)
 
 
+class StepClock:
+    """Seconds spent in each part of a generation's steps, by wrapping its verifier's and walker's calls."""
+
+    PARTS = {"forward": ("verifier", "forward_tree"), "head and walk": ("walker", "walk"),
+             "commit": ("verifier", "commit")}
+
+    def __init__(self, generation: Generation) -> None:
+        self.seconds: dict[str, list[float]] = {part: [] for part in self.PARTS}
+        for part, (owner, name) in self.PARTS.items():
+            target = getattr(generation, owner)
+            setattr(target, name, self._timed(part, getattr(target, name)))
+
+    def _timed(self, part: str, call: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            result = call(*args, **kwargs)
+            self.seconds[part].append(time.perf_counter() - start)
+            return result
+        return timed
+
+
+def step_profile(goose_model: GooseModel, prompts: Sequence[str], methods: Sequence[str],
+                 max_new_tokens: int = 128) -> dict[str, dict[str, float]]:
+    """Per method, over `prompts` (methods interleaved per prompt): the prefill per prompt and the median
+    milliseconds of each part of a step (draft, forward, head and walk, commit, observe, the rest of the loop),
+    with the mean tree size, τ and tokens/s."""
+    stats: dict[str, dict[str, list]] = {method: {} for method in methods}
+    for method in methods:  # warm-up: the heads, the tuners and the cost table are built before any timing
+        generate(goose_model, prompts[0], method, 8)
+    for prompt in prompts:
+        for method in methods:
+            generation = stream(goose_model, prompt, method, max_new_tokens)
+            clock = StepClock(generation)
+            for _ in generation:
+                pass
+            run, kept = generation.run, stats[method]
+            for part, seconds in clock.seconds.items():
+                kept.setdefault(part, []).extend(seconds)
+            kept.setdefault("draft", []).extend(step.draft_s for step in run.steps)
+            kept.setdefault("commit tokens and observe", []).extend(step.observe_s for step in run.steps)
+            kept.setdefault("nodes", []).extend(len(step.nodes) for step in run.steps)
+            kept.setdefault("runs", []).append(run.totals)
+    table = {}
+    for method, kept in stats.items():
+        runs = kept.pop("runs")
+        wall = sum(t.wall_s for t in runs)
+        steps_s = wall - sum(t.prefill_s + t.setup_s for t in runs)
+        row = {part: 1000 * statistics.median(values) for part, values in kept.items() if part != "nodes"}
+        row["rest of the loop"] = 1000 * steps_s / len(kept["nodes"]) - sum(
+            1000 * statistics.mean(values) for part, values in kept.items() if part != "nodes")
+        row["prefill per prompt"] = 1000 * statistics.mean(t.prefill_s for t in runs)
+        row["nodes"] = statistics.mean(kept["nodes"])
+        row["tau"] = sum(t.new_tokens for t in runs) / sum(t.forward_passes for t in runs)
+        row["tokens/s"] = sum(t.new_tokens for t in runs) / wall
+        table[method] = row
+    return table
+
+
+def profile_table(table: dict[str, dict[str, float]]) -> str:
+    parts = list(next(iter(table.values())))
+    lines = ["| method | " + " | ".join(parts) + " |", "| --- |" + " --- |" * len(parts)]
+    for method, row in table.items():
+        lines.append(f"| {method} | " + " | ".join(f"{row[part]:.1f}" if part != "tau" else f"{row[part]:.2f}"
+                                                 for part in parts) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m goose.bench.pass_cost", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", default=None, metavar="SUITE",
+                        help="also profile real steps of every method on this suite's prompts (bench suites)")
+    parser.add_argument("--limit", type=int, default=5, help="prompts of --steps' suite")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     goose_model = load_model(args.model)
+    if args.steps:
+        prompts = [format_prompt(goose_model.tokenizer, p) for p in load_suite(args.steps, args.limit)]
+        methods = ("autoregressive", "pld", "balanced", "goose")
+        print(profile_table(step_profile(goose_model, prompts, methods)), end="\n\n")
     print(f"auto head here: {choose_head(goose_model)}")
     print(markdown_table(measure_parts(goose_model, repeats=args.repeats)))
 
