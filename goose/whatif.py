@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goose import metrics
-from goose.budget import accepted_length
+from goose.budget import CostCalibration, accepted_length
 from goose.config import GooseConfig
-from goose.costs import interpolate_cost
 from goose.decode import generate, stream
 from goose.drafters import METHODS, SpineTree
 from goose.model import GooseModel
@@ -178,7 +177,8 @@ class RunWhatIf:
 
     steps: the replay's steps; real: the recorded run's accepted length per step.
     totals: the replay's tokens, passes, tau and estimated wall time (the recorded prefill plus each
-            tree's verification cost from the run's cost table; 0 without a table);
+            tree's verification cost from the run's cost table, calibrated by the run's own measured
+            steps; 0 without a table);
     baseline: the same estimate for autoregressive decoding (one node per pass).
     exact: the replay is what a real run at these settings does, pass for pass (the recorded setting, or
            a method that drafts from the context alone); otherwise the adjacency rows are approximated.
@@ -253,11 +253,28 @@ def relative_error(estimate: float | None, real: float | None) -> float | None:
     return None if share is None else share - 1.0
 
 
-def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int) -> RunTotals:
+def calibrated_costs(run: RunRecord) -> CostCalibration | None:
+    """The run's cost table calibrated by its own steps' measured verification time, as the tuner calibrates
+    it while decoding (goose.budget.CostCalibration): a real pass costs more than the table's chain of text,
+    by a factor that grows or shrinks with the tree (measured: 73-node steps 354 ms against a table's 289;
+    6-node steps 85 against 93). None without a table."""
+    if not run.costs:
+        return None
+    calibration = CostCalibration(dict(sorted(run.costs.items())))
+    for step in run.steps:
+        if step.verify_s > 0:
+            calibration.observe(len(step.nodes), step.verify_s)
+    return calibration
+
+
+def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int,
+                     costs: CostCalibration | None = None) -> RunTotals:
     """Totals of a run of `tokens` new tokens whose steps verify trees of `nodes` nodes: the recorded
-    prefill plus each pass's cost from the run's cost table (wall 0 without a table)."""
+    prefill plus each pass's cost from the run's cost table, calibrated by its own steps (`calibrated_costs`;
+    wall 0 without a table)."""
     passes = 1 + len(nodes)
-    wall = run.totals.prefill_s + sum(interpolate_cost(run.costs, n) for n in nodes) if run.costs else 0.0
+    costs = costs or calibrated_costs(run)
+    wall = run.totals.prefill_s + sum(costs.cost(n) for n in nodes) if costs else 0.0
     totals = RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall, prefill_s=run.totals.prefill_s)
     totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
     return totals
@@ -314,9 +331,10 @@ def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None
     except NoReplayDataError as error:
         raise NoSnapshotError(str(error)) from error
     tokens = len(run.tokens)  # the replay commits the recorded tokens to the end
+    costs = calibrated_costs(run)
     result = RunWhatIf(dict(settings), method, steps, run.accepted_lengths,
-                       estimated_totals(run, [step.nodes for step in steps], tokens),
-                       estimated_totals(run, [1] * (tokens - 1), tokens),
+                       estimated_totals(run, [step.nodes for step in steps], tokens, costs),
+                       estimated_totals(run, [1] * (tokens - 1), tokens, costs),
                        exact=own or not METHODS[method].uses_adjacency, has_costs=bool(run.costs))
     if check:
         result.measured = real_run(model, run, method, settings, cancel)

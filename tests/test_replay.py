@@ -10,6 +10,7 @@ import pytest
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
+from goose.costs import interpolate_cost
 from goose.replay import ReplayTable, anchor_positions
 from goose.trace import RunRecord
 from goose.whatif import CheckCancelled, NoSnapshotError, baseline_run, run_what_if
@@ -120,14 +121,24 @@ def test_check_runs_the_model_beside_the_estimate(models):
         run_what_if(recorded, check=True)
 
 
-def test_estimates_use_the_cost_table(models):
+def test_estimates_use_the_cost_table_calibrated_by_the_runs_own_steps(models):
+    """Passes priced from the run's table, times what the run's own passes measured against it (here the
+    recorded 12-node steps took twice the table: every size then reads twice the table)."""
     recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
     recorded.costs = {1: 1.0, 4: 1.0, 16: 4.0}
     recorded.totals.prefill_s = 2.0
+    for step in recorded.steps:
+        step.verify_s = 0.0  # nothing measured: the table as it is
     replayed = run_what_if(recorded, method="pld", budget=4)
     assert replayed.seconds == pytest.approx(2.0 + sum(1.0 for _ in replayed.steps))
     assert replayed.baseline.wall_s == pytest.approx(2.0 + len(recorded.tokens) - 1)
     assert replayed.speedup == pytest.approx(replayed.baseline.wall_s / replayed.seconds)
+    for step in recorded.steps:
+        step.verify_s = 2 * interpolate_cost(recorded.costs, len(step.nodes))
+    calibrated = run_what_if(recorded, method="pld", budget=4)
+    assert calibrated.seconds == pytest.approx(2.0 + 2 * sum(interpolate_cost(recorded.costs, n)
+                                                             for n in calibrated.nodes))
+    assert calibrated.baseline.wall_s == pytest.approx(2.0 + 2 * (len(recorded.tokens) - 1))
     recorded.costs = {}
     assert run_what_if(recorded, budget=4).speedup is None
 
