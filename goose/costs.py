@@ -126,13 +126,13 @@ def _faster_head(goose_model: GooseModel, sizes: Sequence[int] = ROUTE_ROWS, rep
                  prefix: int = 256) -> str:
     weight = goose_model.model.get_output_embeddings().weight
     kinds = _contenders(goose_model)
-    # The rows of a real spine tree's pass (goose.costs.measurement_tree), its first n for n rows: confident
+    # The rows of a real spine tree's pass (goose.costs.measurement_trees), its first n for n rows: confident
     # spine rows and flat rejected-branch rows, as a run's calls hold them. A screen's cost depends on how
     # flat its rows are (measured: timed on confident rows alone, the int8 screen looked as fast as bf16 up
     # to 32 rows; on real trees it costs more from 8).
     verifier = Verifier(goose_model.model)
     text = measurement_text(goose_model, prefix + 2 * max(sizes))
-    tree = measurement_tree(goose_model, verifier, text, prefix, max(sizes), kinds[0])
+    tree = measurement_trees(goose_model, verifier, text, prefix, [max(sizes)], kinds[0])[max(sizes)]
     hidden = verifier.forward_tree(tree).float()
     seconds: dict[str, dict[int, float]] = {}
     for kind in kinds:
@@ -161,27 +161,30 @@ def measurement_text(goose_model: GooseModel, length: int) -> list[int]:
     return text
 
 
-def measurement_tree(goose_model: GooseModel, verifier: Verifier, text: Sequence[int], prefix: int, size: int,
-                     head: str) -> DraftTree:
-    """The spine tree of `size` nodes a run would draft at token `prefix` of `text`, its adjacency table seeded
-    from the prefix's own rows: real branches, whose rows are flatter than text's (a screened head pays for
-    that). Leaves `verifier` holding the prefix. Filled up with the text's own tokens where the sources run short."""
+def measurement_trees(goose_model: GooseModel, verifier: Verifier, text: Sequence[int], prefix: int,
+                      sizes: Sequence[int], head: str) -> dict[int, DraftTree]:
+    """The spine trees of each of `sizes` nodes a run would draft at token `prefix` of `text`, from one pass over
+    the prefix that seeds the adjacency table with the prefix's own rows: real branches, whose rows are flatter
+    than text's (a screened head pays for that). Leaves `verifier` holding the prefix. Filled up with the text's
+    own tokens where the sources run short."""
     config = GooseConfig()
     verifier.truncate(0)
     hidden = verifier.forward_chain(list(text[:prefix]))
     verifier.truncate(prefix)
-    adjacency = AdjacencyTable(config.top_k, config.min_score, config.use_bigram)
+    adjacency = AdjacencyTable.from_config(config)
     top = head_for(goose_model, head).top(hidden, config.top_k)
     adjacency.refresh(text[:prefix], [None, *text[:prefix - 1]], top.indices, top.values)
-    matcher = ContextMatcher(config.ngram_lengths, config.max_chain, config.long_match, config.extend_above,
-                             config.max_extended_chain)
+    matcher = ContextMatcher.from_config(config)
     matcher.extend(list(text[:prefix + 1]))
-    tree = build_goose_tree(text[prefix], text[prefix - 1], matcher.match(), adjacency, config, size,
-                            config.ema_start)
-    filler = iter(text[prefix + 1:])
-    while len(tree) < size:
-        tree.add(next(filler), len(tree) - 1, BRANCH)
-    return tree
+    match = matcher.match()
+    trees = {}
+    for size in sizes:
+        tree = trees[size] = build_goose_tree(text[prefix], text[prefix - 1], match, adjacency, config, size,
+                                              config.ema_start)
+        filler = iter(text[prefix + 1:])
+        while len(tree) < size:
+            tree.add(next(filler), len(tree) - 1, BRANCH)
+    return trees
 
 
 def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
@@ -199,9 +202,7 @@ def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, p
     # Real text, not random tokens: a screened head's cost depends on how confident the rows are,
     # and random tokens make every row flat (measured, int8 head: 16 rows 384 ms on random tokens, 149 ms on
     # text; 2 rows 169 vs 77 ms).
-    text = goose_model.encode(_measure_text())
-    while len(text) < prefix + max(sizes):
-        text = text + text
+    text = measurement_text(goose_model, prefix + max(sizes))
     verifier.forward_chain(text[:prefix])
     verifier.truncate(prefix)
     costs = {}

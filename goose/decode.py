@@ -75,10 +75,8 @@ class Generation:
         # Every method, the baseline too, applies the same head (built once per model).
         self.walker = make_walker(head_for(goose_model, head), request.sampling)
         self.verifier = Verifier(goose_model.model)
-        self.matcher = ContextMatcher(self.config.ngram_lengths, self.config.max_chain, self.config.long_match,
-                                      self.config.extend_above, self.config.max_extended_chain)
-        self.adjacency = (AdjacencyTable(self.config.top_k, self.config.min_score,
-                                         self.config.use_bigram) if drafter_class.uses_adjacency else None)
+        self.matcher = ContextMatcher.from_config(self.config)
+        self.adjacency = AdjacencyTable.from_config(self.config) if drafter_class.uses_adjacency else None
         self.drafted: Counter = Counter()
         self.accepted_by_source: Counter = Counter()
         self.record_sources = request.record_sources

@@ -145,7 +145,7 @@ class ScreenedHead(Screen):
         rows = hidden.to(torch.bfloat16)
         approx = (rows @ self.weight_bf16.T if self.packed_bf16 is None
                   else packed_product(rows, self.packed_bf16, None)).float()
-        low = hidden.to(torch.bfloat16).float()
+        low = rows.float()
         low_norm = low.norm(dim=1)
         slack = ((hidden - low).norm(dim=1) * self.max_norm + low_norm * self.max_error_norm
                  + hidden.shape[1] * FP32_EPS * low_norm * self.max_bf16_norm

@@ -105,13 +105,18 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
+def plain_linears(body: torch.nn.Module) -> list[torch.nn.Linear]:
+    """`body`'s plain `nn.Linear` layers, in model order. Exact type: subclasses (quantised, LoRA, ...) keep their
+    own forward."""
+    return [m for m in body.modules() if type(m) is torch.nn.Linear]
+
+
 def pack_linears(body: torch.nn.Module) -> bool:
     """Give every plain float32 CPU `nn.Linear` of `body` a packed weight (once per model).
     True when the body runs packed inside `packed_linears()`."""
     if not enabled() or not kernels_exist():
         return False
-    # Exact type: subclasses (quantised, LoRA, ...) keep their own forward.
-    linears = [m for m in body.modules() if type(m) is torch.nn.Linear]
+    linears = plain_linears(body)
     if not linears or any(m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in linears):
         return False
     for linear in linears:

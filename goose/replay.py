@@ -72,8 +72,8 @@ class ReplayTable:
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
         self.min_score, self.use_bigram = config.min_score, config.use_bigram
         recorded = GooseConfig.from_dict(run.config)
-        self.table = AdjacencyTable(recorded.top_k, recorded.min_score, recorded.use_bigram)
-        self.recent = AdjacencyTable(recorded.top_k, recorded.min_score, recorded.use_bigram)
+        self.table = AdjacencyTable.from_config(recorded)
+        self.recent = AdjacencyTable.from_config(recorded)
         self._store(self.table, run.prefill_rows)
         self._steps = list(zip(anchor_positions(run), run.steps))
         self._applied = 0  # recorded steps wholly in the table
@@ -156,8 +156,7 @@ def replay(run: RunRecord, method: str, config: GooseConfig, base: int | None,
     prompt, tokens = list(run.prompt_tokens), list(run.tokens)
     sequence, end = prompt + tokens, len(tokens)
     settings = GooseConfig.from_dict(run.config)
-    matcher = ContextMatcher(settings.ngram_lengths, settings.max_chain, settings.long_match,
-                             settings.extend_above, settings.max_extended_chain)
+    matcher = ContextMatcher.from_config(settings)
     matcher.extend(prompt + tokens[:1])
     drafter = METHODS[method](config)
     table = ReplayTable(run, config) if drafter.uses_adjacency else None

@@ -10,7 +10,7 @@ timed alone, on the device and thread count a run uses, beside two yardsticks:
   linears   the body's linears on their own: what the pass could cost if nothing else did.
 
 Trees are measured two ways: a chain of text (as the cost table is, goose.costs) and a spine tree built
-from the same text (goose.costs.measurement_tree): its rejected branch rows are flatter, which the
+from the same text (goose.costs.measurement_trees): its rejected branch rows are flatter, which the
 screened heads pay for.
 """
 
@@ -26,25 +26,20 @@ import torch
 
 from goose.bench.machine import measure_memory_bandwidth
 from goose.bench.suites import format_prompt, load_suite
-from goose.costs import choose_head, measurement_text, measurement_tree, median_seconds
+from goose.costs import choose_head, measurement_text, measurement_trees, median_seconds
 from goose.decode import Generation, generate, stream
 from goose.head import head_for, heads_here
 from goose.model import GooseModel, load_model
-from goose.packed import packed_linears
+from goose.packed import packed_linears, plain_linears
 from goose.verify import Verifier
 
 SIZES = (1, 4, 8, 16, 32, 64)
-PARTS = ("weights floor", "linears", "body", "body (tree)", "head", "head (tree)", "pass", "pass (tree)")
-
-
-def body_linears_of(goose_model: GooseModel) -> list[torch.nn.Linear]:
-    return [m for m in goose_model.model.get_decoder().modules() if type(m) is torch.nn.Linear]
 
 
 @torch.inference_mode()
 def time_linears(goose_model: GooseModel, rows: int, repeats: int, packed: bool) -> float:
     """Median seconds of every body linear once, in model order, on `rows` rows (no other op)."""
-    linears = body_linears_of(goose_model)
+    linears = plain_linears(goose_model.model.get_decoder())
     generator = torch.Generator().manual_seed(0)
     inputs = [torch.randn(rows, m.in_features, generator=generator) for m in linears]
     context = packed_linears if packed else nullcontext
@@ -68,9 +63,9 @@ def measure_parts(goose_model: GooseModel, sizes: Sequence[int] = SIZES, heads: 
     if chosen not in heads:
         heads.append(chosen)
     text = measurement_text(goose_model, prefix + max(sizes))
-    verifier.forward_chain(text[:prefix])
-    verifier.truncate(prefix)
-    weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in body_linears_of(goose_model))
+    trees = measurement_trees(goose_model, verifier, text, prefix, sizes, chosen)  # leaves the prefix cached
+    linears = plain_linears(goose_model.model.get_decoder())
+    weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in linears)
     read_gbs = measure_memory_bandwidth()["read"]
     parts: dict[str, dict[int, float]] = {"weights floor": {}, "linears": {}, "linears (stock)": {},
                                           "body": {}, "body (tree)": {}}
@@ -80,7 +75,7 @@ def measure_parts(goose_model: GooseModel, sizes: Sequence[int] = SIZES, heads: 
             parts["linears"][n] = time_linears(goose_model, n, repeats, packed=verifier.packed)
             parts["linears (stock)"][n] = time_linears(goose_model, n, repeats, packed=False)
         chain = text[prefix:prefix + n]
-        tree = measurement_tree(goose_model, verifier, text, prefix, n, chosen)
+        tree = trees[n]
         hidden = {}
         for name, forward in (("body", lambda: verifier.forward_chain(chain)),  # noqa: B023
                               ("body (tree)", lambda: verifier.forward_tree(tree))):  # noqa: B023

@@ -10,8 +10,12 @@ token) is consulted first: two tokens of context narrow the guess.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from goose.config import GooseConfig
 
 Row = list[tuple[int, float]]  # (successor, score) pairs, most likely first
 
@@ -31,6 +35,11 @@ class AdjacencyTable:
         self.use_bigram = use_bigram
         self.unigram: dict[int, Row] = {}
         self.bigram: dict[tuple[int, int], Row] = {}
+
+    @classmethod
+    def from_config(cls, config: GooseConfig) -> AdjacencyTable:
+        """The table a run with this GooseConfig keeps."""
+        return cls(config.top_k, config.min_score, config.use_bigram)
 
     def refresh(self, tokens: Sequence[int], previous: Sequence[int | None],
                 top_ids: torch.Tensor, top_logits: torch.Tensor) -> list[Row]:

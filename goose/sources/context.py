@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from goose.config import GooseConfig
 
 
 @dataclass
@@ -47,6 +51,12 @@ class ContextMatcher:
         # n -> n-gram -> start positions, earliest first. Only n-grams with a
         # token after them are indexed: the query itself has nothing to copy.
         self._index: dict[int, dict[tuple[int, ...], list[int]]] = {n: defaultdict(list) for n in self.ngram_lengths}
+
+    @classmethod
+    def from_config(cls, config: GooseConfig) -> ContextMatcher:
+        """The matcher a run with this GooseConfig queries."""
+        return cls(config.ngram_lengths, config.max_chain, config.long_match, config.extend_above,
+                   config.max_extended_chain)
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Add committed tokens to the pool."""
