@@ -37,8 +37,8 @@ RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its las
 GPU_MARGIN_S = 30  # a GPU call's time beyond the run's limit: warming a fresh ZeroGPU worker, drawing the trees
 FULL_HEAD_LABEL = "Textbook float32 LM head"
 FULL_HEAD_INFO = ("Off: every method uses the fastest exact head on this machine (the float32 argmax through an "
-                  "int8 or a bf16 screen, or plain float32). On: every method, the baseline too, uses the full "
-                  "float32 head.")
+                  "int8 or a bf16 screen, or plain float32; or two of them, each on the calls it is faster for). "
+                  "On: every method, the baseline too, uses the full float32 head.")
 
 
 def load_examples() -> list[dict[str, str]]:
