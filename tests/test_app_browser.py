@@ -105,28 +105,43 @@ STATS_DONE_JS = """() => {
 }"""
 
 
-def _explore_tokens_per_s(page) -> float:
-    """Run Explore once and read the tokens/s the page shows when the run is done (the counters are marked
-    first: Gradio patches them in place, and every update drops the mark)."""
+def _explore_once(page):
+    """Run Explore once; when the page shows the run done (the counters are marked first: Gradio patches them
+    in place, and every update drops the mark), download its trace and return it with the tokens/s shown."""
+    from goose.trace import RunRecord
+
     page.eval_on_selector("#explore-stats .goose-stats", "stats => { stats.dataset.seen = 'yes'; }")
     page.locator("#explore-run").click()
     page.wait_for_function(STATS_DONE_JS)
-    return float(page.locator("#explore-stats .stat-3").inner_text())
+    shown = float(page.locator("#explore-stats .stat-3").inner_text())
+    with page.expect_download() as download:
+        page.locator("#explore-download").click()
+    return RunRecord.load(download.value.path()), shown
+
+
+def _start_up_s(run, steps: int = 5) -> float:
+    """What a cold server makes the first run pay and warming moves before the launch: set-up (head choice,
+    cost table), the prefill and the first steps (first calls of the kernels). Measured inside the run, so
+    the page's own streaming and the browser's first paint, which share these 2 cores, stay out of it."""
+    first_steps = sum(step.draft_s + step.verify_s + step.observe_s for step in run.steps[:steps])
+    return run.totals.setup_s + run.totals.prefill_s + first_steps
 
 
 def test_the_first_visitors_run_is_as_fast_as_the_third(page) -> None:
     """The server warmed the model before it opened, so the first run does not pay the head choice, the cost
-    table or first calls: its tokens/s is within 25% of the third's. (First in this file: the server's first run.)
-    The tiny model's 48 tokens take a third of a second, less than the server's own first request costs (measured:
-    83, 139, 160 tokens/s; the same three runs called in-process: 0.37, 0.36, 0.38 s), so it runs longer: that
-    first-request cost is under 2% of a 48-token run of the embedded model, which this test runs as asked."""
+    table or first calls. (First in this file: the server's first run.) Measured on the tiny model with a fresh
+    cache: unwarmed, start-ups of 1.33, 0.30 and 0.45 s; warmed, 0.14, 0.18 and 0.12 s. The page's
+    tokens/s of whole runs is no test of this: with the browser painting on the same 2 cores, three identical
+    runs read 83-122 tokens/s in one clone, and a first run lost 25% in CI with the model warm."""
     page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
     _set_number(page, "explore-max-new", 48 if MODEL != "tiny-gemma3" else 400)
-    speeds = [_explore_tokens_per_s(page) for _ in range(3)]
-    print("tokens/s of three identical runs:", speeds)
+    runs = [_explore_once(page) for _ in range(3)]
+    start_ups = [round(_start_up_s(run), 3) for run, _ in runs]
+    print("start-up s of three identical runs:", start_ups, "tokens/s shown:", [shown for _, shown in runs])
     page.reload(wait_until="domcontentloaded")  # the next tests start from an empty Explore tab
     page.wait_for_selector("#explore-run")
-    assert speeds[0] >= 0.75 * speeds[2], f"tokens/s of three identical runs: {speeds}"
+    assert all(run.tokens == runs[0][0].tokens for run, _ in runs), "three identical greedy runs differ"
+    assert start_ups[0] <= 1.5 * start_ups[2] + 0.1, f"start-up s of three identical runs: {start_ups}"
 
 
 def test_explore_draws_the_tree_offline_and_scrubs(page) -> None:
