@@ -21,7 +21,7 @@ import torch
 import goose.tree
 import goose.verify
 from goose.config import GooseConfig
-from goose.head import HEAD_CHOICES, head_for, heads_here, known_head, parse_routed, routed_kind
+from goose.head import HEAD_CHOICES, HEAD_REVISION, head_for, heads_here, known_head, parse_routed, routed_kind
 from goose.model import GooseModel, cache_dir
 from goose.packed import body_linears
 from goose.sources import AdjacencyTable, ContextMatcher
@@ -70,7 +70,7 @@ def _choice_key(goose_model: GooseModel) -> str:
     """The timing a head choice depends on: model, device, thread count, and the heads built here."""
     weight = goose_model.model.get_output_embeddings().weight
     return (f"v1|{goose_model.name}|{weight.device}|{weight.dtype}|threads={torch.get_num_threads()}"
-            f"|heads={','.join(_contenders(goose_model))}")
+            f"|heads={','.join(_contenders(goose_model))}|revision={HEAD_REVISION}")
 
 
 def _cached(path: os.PathLike, key: str, measure: Callable[[], object]):
@@ -190,7 +190,7 @@ def measurement_trees(goose_model: GooseModel, verifier: Verifier, text: Sequenc
 def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
     weight = goose_model.model.get_input_embeddings().weight
     return (f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
-            f"|linears={body_linears(goose_model.model)}")
+            f"|linears={body_linears(goose_model.model)}|revision={HEAD_REVISION}")
 
 
 @torch.inference_mode()

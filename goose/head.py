@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from goose.chunks import ChunkedRows
 from goose.packed import kernels_exist, packed_product, reorder_weight
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 BF16_EPS = 2.0 ** -8   # relative rounding of a bf16 value
 FP32_EPS = 2.0 ** -24
 SCREEN_WIDTH = 16  # bf16 top-k searched for candidates before a full scan
+HEAD_REVISION = 2  # the screens' code: timings measured with another revision (head choice, costs) are stale
 HEADS = ("int8", "screened", "full")  # exact through an int8 or a bf16 screen, or the textbook float32 head
 HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster here (goose.costs.choose_head),
 # which may be a routed pair, one head for small calls and one for big (RoutedHead, "int8+screened@8")
@@ -111,10 +113,10 @@ class Screen(FullHead):
     def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
         return self._capped_top(self.approximate(hidden.float()), top_k)
 
-    def _capped_top(self, approx: torch.Tensor, top_k: int) -> torch.return_types.topk:
-        """The top-k of screened logits, soft-capped as the model's own logits are."""
-        top = torch.topk(approx, min(top_k, approx.shape[1]), dim=-1)
-        return torch.return_types.topk((softcap(top.values, self.cap), top.indices))
+    def _capped_top(self, approx: torch.Tensor | ChunkedRows, top_k: int) -> torch.return_types.topk:
+        """The top-k of screened logits (float32), soft-capped as the model's own logits are."""
+        top = (approx if isinstance(approx, ChunkedRows) else ChunkedRows(approx)).top(top_k)
+        return torch.return_types.topk((softcap(top.values.float(), self.cap), top.indices))
 
 
 class ScreenedHead(Screen):
@@ -141,38 +143,50 @@ class ScreenedHead(Screen):
             self.weight_bf16 = None  # the packed copy serves every product: one bf16 copy of the head, not two
 
     def screen(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """bf16 logits [n, vocab] (before soft-capping) and each row's slack (the bound in the module notes)."""
+        """bf16 logits [n, vocab] (before soft-capping, as float32) and each row's slack (the bound in the
+        module notes)."""
+        approx, slack = self._bf16_screen(hidden)
+        return approx.rows.float(), slack
+
+    def _bf16_screen(self, hidden: torch.Tensor) -> tuple[ChunkedRows, torch.Tensor]:
+        """The screen kept in bf16, as the product rounds it (a float32 copy would add no information, and at
+        32 rows writing one costs 14 ms here), read through its chunks; and each row's slack."""
         rows = hidden.to(torch.bfloat16)
-        approx = (rows @ self.weight_bf16.T if self.packed_bf16 is None
-                  else packed_product(rows, self.packed_bf16, None)).float()
+        approx = ChunkedRows(rows @ self.weight_bf16.T if self.packed_bf16 is None
+                             else packed_product(rows, self.packed_bf16, None))
         low = rows.float()
         low_norm = low.norm(dim=1)
         slack = ((hidden - low).norm(dim=1) * self.max_norm + low_norm * self.max_error_norm
                  + hidden.shape[1] * FP32_EPS * low_norm * self.max_bf16_norm
-                 + BF16_EPS * approx.abs().amax(dim=1))
+                 + BF16_EPS * approx.abs_max().float())
         return approx, slack
 
     @torch.inference_mode()
     def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
         hidden = hidden.float()
-        approx, slack = self.screen(hidden)
+        approx, slack = self._bf16_screen(hidden)
         # The few largest bf16 logits hold every candidate unless the screen is unusually flat.
-        top = torch.topk(approx, min(max(top_k, SCREEN_WIDTH), approx.shape[1]), dim=-1)
-        threshold = top.values[:, 0] - 2 * slack  # best lower bound, less one more slack for the upper bound
-        candidates = top.values >= threshold[:, None]  # [n, width]: every row at once, no per-row loop
+        top = approx.top(max(top_k, SCREEN_WIDTH))
+        values = top.values.float()
+        threshold = values[:, 0] - 2 * slack  # best lower bound, less one more slack for the upper bound
+        candidates = values >= threshold[:, None]  # [n, width]: every row at once, no per-row loop
         exact = torch.einsum("nwd,nd->nw", self.weight[top.indices], hidden).masked_fill(~candidates, -torch.inf)
         argmax = top.indices.gather(1, exact.argmax(1, keepdim=True)).squeeze(1)
         self._recomputed += candidates.sum()
-        flat = top.values[:, -1] >= threshold  # candidates beyond the top list: scan those rows whole
+        flat = values[:, -1] >= threshold  # candidates beyond the top list: scan those rows whole
         if flat.any():  # one host synchronisation per call; a flat screen is rare
             rows = flat.nonzero().squeeze(1)
-            inside = approx[rows] >= threshold[rows, None]
+            inside = approx.rows[rows].float() >= threshold[rows, None]
             full = torch.nn.functional.linear(hidden[rows], self.weight).masked_fill(~inside, -torch.inf)
             argmax[rows] = full.argmax(1)
             self._recomputed += inside.sum() - candidates[rows].sum()
         if not top_k:
             return argmax, None
-        return argmax, torch.return_types.topk((softcap(top.values[:, :top_k], self.cap), top.indices[:, :top_k]))
+        return argmax, torch.return_types.topk((softcap(values[:, :top_k], self.cap), top.indices[:, :top_k]))
+
+    @torch.inference_mode()
+    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
+        return self._capped_top(self._bf16_screen(hidden.float())[0], top_k)
 
 
 def block_hadamard(width: int) -> tuple[torch.Tensor, int]:
@@ -261,9 +275,10 @@ class Int8ScreenedHead(Screen):
     def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
         hidden = hidden.float()
         n = hidden.shape[0]
-        approx, bound = self.screen(hidden)
-        threshold = approx.amax(1) - 2 * bound  # below it, a row's upper bound misses the best lower bound
-        rows, vocab = (approx >= threshold[:, None]).nonzero(as_tuple=True)
+        screened, bound = self.screen(hidden)
+        approx = ChunkedRows(screened)
+        threshold = approx.row_max() - 2 * bound  # below it, a row's upper bound misses the best lower bound
+        rows, vocab = approx.at_least(threshold)  # read from the chunks that reach it, not the whole [n, vocab]
         # counted from the pairs: a sum over the [n, vocab] mask would first widen it to int64 (measured:
         # half of a 16-row call)
         flat = torch.bincount(rows, minlength=n) > self.FLAT  # this flat: one float32 pass over the row is cheaper

@@ -48,7 +48,7 @@ def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured
     assert measured == [model.name]
     (key,) = json.loads(path.read_text())
     assert key.startswith(f"v{costs_module.COST_FORMAT}|tiny-llama-0|cpu|torch.float32|threads=")
-    assert key.endswith("|head=screened|linears=packed")
+    assert key.endswith(f"|head=screened|linears=packed|revision={costs_module.HEAD_REVISION}")
     monkeypatch.setattr(costs_module.torch, "get_num_threads", lambda: 97)
     cost_table(model, path)  # another thread count is another machine state: measured again, kept beside
     assert len(measured) == 2 and len(json.loads(path.read_text())) == 2
