@@ -1,4 +1,4 @@
-"""Command line: `python -m goose generate ...` (and `bench`, see goose.bench)."""
+"""Command line: `python -m goose generate ...` (and `bench`, `bench-report`, `what-if-check`: see goose.bench)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from goose.bench import (
     rebuild_results,
     run_bench,
 )
+from goose.bench.what_if import add_check_arguments, run_check
 from goose.config import parse_budget
 from goose.decode import METHODS
 from goose.head import HEAD_CHOICES
@@ -106,6 +107,10 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
                                  "from its runs.jsonl (also of an unfinished run)")
     report.add_argument("folder")
     report.set_defaults(handler=_bench_report)
+    check = commands.add_parser("what-if-check", help="replay runs recorded with goose at other settings and check "
+                                "every estimate (tau, speed-up) against a real run at that setting")
+    add_check_arguments(check)
+    check.set_defaults(handler=run_check)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -215,3 +215,23 @@ def test_bench_what_if_adds_the_curves_and_agrees_with_the_real_run(tmp_path):
     assert all(row["real_s"] > 0 and row["estimated_s"] > 0 for row in checks)
     pld_like = [row for row in checks if row["setting"] == "goose budget 16 spine_share 1.0"]
     assert len(pld_like) == 2
+
+
+def test_the_what_if_check_command_records_replays_and_runs_every_setting(tmp_path, capsys):
+    from tiny import tiny_llama
+
+    from goose.bench.what_if import WHAT_IF_SETTINGS
+    from goose.cli import main
+
+    tiny = tiny_llama(0)
+    tiny.model.save_pretrained(tmp_path / "model")
+    tiny.tokenizer.save_pretrained(tmp_path / "model")
+    argv = ["what-if-check", "--suite", "mtbench", "--limit", "2", "--max-new-tokens", "10",
+            "--model", str(tmp_path / "model"), "--threads", "1", "--out", str(tmp_path / "check")]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (tmp_path / "check" / "what-if-check.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * len(WHAT_IF_SETTINGS) and all(row["same_tokens"] for row in rows)
+    table = capsys.readouterr().out.splitlines()[-len(WHAT_IF_SETTINGS):]  # one row per setting, pooled
+    assert all(line.startswith("| ") and " | 2 | " in line for line in table)
+    assert main(argv) == 0  # a rerun resumes: nothing is checked twice
+    assert len((tmp_path / "check" / "what-if-check.jsonl").read_text().splitlines()) == 2 * len(WHAT_IF_SETTINGS)

@@ -10,6 +10,7 @@ over the baseline's tokens/s.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -132,24 +133,26 @@ def markdown_table(summary: Sequence[dict[str, Any]]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m goose.bench.what_if --suite humaneval --limit 10 --max-new-tokens 96`: the check alone."""
-    import argparse
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The check's options (`python -m goose what-if-check`)."""
+    parser.add_argument("--suite", action="append", required=True, help="humaneval, mtbench or a .jsonl (repeat)")
+    parser.add_argument("--limit", type=int, default=10, help="the first N prompts of each suite (default: 10)")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
+    parser.add_argument("--head", default="auto")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("bench-out/what-if-check"),
+                        help="folder of what-if-check.jsonl and the recorded traces (a rerun resumes it)")
 
+
+def run_check(args: argparse.Namespace) -> int:
+    """Record each prompt with goose at its defaults, replay it at every setting of WHAT_IF_SETTINGS, run each setting
+    for real, and print the table of estimate against measurement."""
     import torch
 
     from goose.bench.suites import format_prompt, load_suite
     from goose.model import load_model
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--suite", action="append", required=True, help="humaneval, mtbench or a .jsonl (repeat)")
-    parser.add_argument("--limit", type=int, default=10)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--head", default="auto")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("bench-out/what-if-check"))
-    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     goose_model = load_model(args.model) if args.model else load_model()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -166,6 +169,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             append_rows(path, rows)
             print(prompt.id, " ".join(f"{r.setting}: {r.estimated_passes}/{r.real_passes}" for r in rows), flush=True)
     print(markdown_table(summarize_checks(load_rows(path))))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m goose what-if-check --suite humaneval --limit 10 --max-new-tokens 96`: the check alone."""
+    parser = argparse.ArgumentParser(prog="python -m goose what-if-check", description=run_check.__doc__)
+    add_check_arguments(parser)
+    return run_check(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
