@@ -83,6 +83,9 @@ class Generation:
         self._snapshot: Snapshot | None = None
         self._rows: list | None = None  # the adjacency rows this step stored, one per node (recorded runs)
         self._shape: dict | None = None  # the shape knobs the tuner set for this step's tree (recorded runs)
+        self.shadow = (drafter_class(self.config.with_overrides(budget=request.shadow_budget, auto_budget=False))
+                       if request.shadow_budget and drafter_class.uses_adjacency else None)
+        self._shadow_rows: list | None = None  # (parent, token, row) of the shadow tree's extra nodes
         if self.record_sources:  # what-if speed estimates need this device's verification costs
             self.run.prefill_rows = []
             self.run.costs = cost_table(goose_model, head=head)
@@ -106,6 +109,9 @@ class Generation:
             tree, budget = self.drafter.draft(state)
             if self.record_sources:
                 self._shape = self.drafter.shape_for(state)
+            if self.shadow is not None:  # not part of the run: its time leaves the run's clock
+                paused = self._record_shadow(state, tree)
+                self._start, t0 = self._start + paused, t0 + paused
             t1 = time.perf_counter()
             verification = self._verify(tree)
             t2 = time.perf_counter()
@@ -160,6 +166,23 @@ class Generation:
         if self.record_sources:
             self._snapshot, state = take_snapshot(state, self.config)
         return state
+
+    def _record_shadow(self, state: DraftState, tree: DraftTree) -> float:
+        """Verify the shadow drafter's tree merged with `tree` and keep the rows of the nodes `tree` lacks (their
+        parents numbered in the merged tree: `tree`'s nodes first); the cache is cut back to the prefix and
+        the table is not touched. Returns the seconds it took."""
+        started = time.perf_counter()
+        shadow = self.shadow.build(state, self.shadow.budget(state))
+        merged = tree.merged_with(shadow)
+        self._shadow_rows = []
+        if len(merged) > len(tree):
+            hidden = self.verifier.forward_tree(merged)[len(tree):]
+            self.verifier.truncate(self.verifier.prefix_length)
+            top = self.walker.head.top(hidden, self._top_k)
+            extra = range(len(tree), len(merged))
+            self._shadow_rows = [(merged.parents[i], merged.tokens[i], row)
+                                 for i, row in zip(extra, self.adjacency.rows(top.indices, top.values))]
+        return time.perf_counter() - started
 
     def _verify(self, tree: DraftTree) -> Verification:
         """One forward pass over the tree, the walk, and the accepted path kept in the KV cache."""
@@ -234,7 +257,7 @@ class Generation:
         return StepRecord(index=len(self.run.steps), nodes=nodes, accepted=verification.accepted,
                           bonus_token=verification.bonus, bonus_text=texts[-1], committed=committed,
                           draft_s=draft_s, verify_s=verify_s, observe_s=observe_s, budget=budget,
-                          snapshot=self._snapshot, rows=self._rows, shape=self._shape)
+                          snapshot=self._snapshot, rows=self._rows, shape=self._shape, shadow=self._shadow_rows)
 
 
 @dataclass(frozen=True)
@@ -249,16 +272,21 @@ class Request:
     stop: tuple[str, ...]
     record_sources: bool = False
     head: str = "auto"
+    shadow_budget: int = 0
 
 
 def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
                   budget: int | str | None = None, *, stop: Sequence[str] | str | None = None,
                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                   config: GooseConfig | None = None, record_sources: bool = False, head: str = "auto",
-                  **overrides) -> Request:
+                  shadow_budget: int = 0, **overrides) -> Request:
     """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
 
     record_sources: keep a snapshot of the sources in every step (for goose.what_if).
+    shadow_budget: with record_sources, also verify at every step, outside the run (its cache, table and clock
+    are left as they were), the tree the method would build at this fixed budget, and record the adjacency
+    rows of its nodes the step's tree lacks: a replay at a budget up to it then reads its own rejected nodes'
+    rows exactly where the two trees share them (goose.replay). 0: none.
     head: "int8" or "screened" (the exact float32 argmax through an int8 or a bf16 screen), "full" (the
     textbook float32 head) or "auto" (the default: whichever is fastest on this device, timed once per
     model); every method, the autoregressive baseline included, uses the one chosen."""
@@ -272,6 +300,10 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
         raise ValueError("the prompt is empty: give some text to continue")
     if not known_head(head):
         raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEAD_CHOICES)}")
+    if not isinstance(shadow_budget, int) or shadow_budget < 0:
+        raise ValueError(f"shadow_budget must be a whole number >= 0, got {shadow_budget!r}")
+    if shadow_budget and not record_sources:
+        raise ValueError("shadow_budget records rows for replays: it needs record_sources=True")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
     if budget is None or budget == "auto":
@@ -280,7 +312,7 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
         overrides["budget"], overrides["auto_budget"] = budget, False
     config = (config or GooseConfig()).with_overrides(**overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
-                   resolve_stops(stop), bool(record_sources), head)
+                   resolve_stops(stop), bool(record_sources), head, shadow_budget)
 
 
 def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
@@ -289,7 +321,8 @@ def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "
 
     prompt: text (encoded with the tokenizer's special tokens) or token ids, used as they are.
     Keyword arguments: stop, temperature, top_k, top_p, seed, config, head, record_sources
-    (snapshot each step's sources, for goose.what_if), and any GooseConfig field as an override.
+    (snapshot each step's sources, for goose.what_if), shadow_budget (with them, rows for replays at bigger
+    budgets: check_request), and any GooseConfig field as an override.
     Bad input raises before any work. The run's wall time starts here.
     """
     started = time.perf_counter()

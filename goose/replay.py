@@ -10,12 +10,13 @@ pass; keeping the recorded step boundaries instead biases both (measured: -39% t
 What each step's tree is built from, and how exact it is:
 - the context match is a function of the token prefix: exact;
 - the spine tree's acceptance EMA follows the replay's own trees: exact;
-- the adjacency table at a position is rebuilt from the rows the recorded run stored
-  (`RunRecord.prefill_rows`, `StepRecord.rows`): every row of the real passes whose anchor
-  came before that position, except rows of the real continuation at or after the replay's
-  anchor (the replay has not verified those yet; the real run's tree reached them in one
-  pass). Approximated: the rows of the replay's own rejected nodes are those of the real
-  run's rejected nodes (the replay's trees differ, so would their off-continuation rows).
+- the adjacency table is the replay's own, kept as a real run keeps it: seeded with the prefill's
+  rows, then after every replayed step refreshed with a row for each node of the replay's own tree.
+  A node's row is a function of its context (the sequence up to the anchor, then its path), so
+  where a recorded pass verified a node in the same context its row is exact (`RecordedRows`); the
+  accepted path always is. Approximated: a node no recorded pass saw in its context (a rejected
+  node of a tree other than the recorded ones) takes its token's latest row the recorded passes
+  before the anchor stored (`ReplayTable`), or keeps its old row when they stored none.
 Replaying the recorded setting rebuilds the recorded run exactly, step for step.
 """
 
@@ -29,7 +30,7 @@ from goose.budget import accepted_length
 from goose.config import GooseConfig
 from goose.drafters import METHODS, DraftState
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
-from goose.sources.adjacency import Row, usable
+from goose.sources.adjacency import Row
 from goose.trace import RunRecord, StepRecord
 from goose.tree import DraftTree
 
@@ -59,18 +60,61 @@ def anchor_positions(run: RunRecord) -> list[int]:
     return positions
 
 
+Context = tuple[int, tuple[int, ...]]  # (length of the true sequence it starts with, the path off it)
+
+
+def context_key(sequence: Sequence[int], start: int, path: Sequence[int]) -> Context:
+    """The context a node's row is computed in: sequence[:start] (its tree's anchor last), then its path from
+    the root; canonical, so that equal contexts reached from different anchors get equal keys (the part of
+    the path that follows the sequence moves into the length)."""
+    m = 0
+    while m < len(path) and start + m < len(sequence) and sequence[start + m] == path[m]:
+        m += 1
+    return start + m, tuple(path[m:])
+
+
+def node_paths(parents: Sequence[int], tokens: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each node's tokens from the root's child down to it (the root's: empty); parents come first."""
+    paths: list[tuple[int, ...]] = []
+    for parent, token in zip(parents, tokens):
+        paths.append(() if parent < 0 else (*paths[parent], token))
+    return paths
+
+
+class RecordedRows:
+    """Every adjacency row the recorded passes computed (their shadow trees' too), by the context it was
+    computed in."""
+
+    def __init__(self, run: RunRecord) -> None:
+        sequence, length = [*run.prompt_tokens, *run.tokens], len(run.prompt_tokens)
+        self.rows: dict[Context, Row] = {}
+        shadows = []
+        for position, step in zip(anchor_positions(run), run.steps):
+            paths = node_paths([n.parent for n in step.nodes], [n.token for n in step.nodes])
+            for path, row in zip(paths, step.rows):
+                self.rows.setdefault(context_key(sequence, length + position, path), row)
+            shadows.append((position, paths, step.shadow or []))
+        for position, paths, shadow in shadows:  # after every real row: the recorded run replays to itself
+            for parent, token, row in shadow:
+                paths.append((*paths[parent], token))
+                self.rows.setdefault(context_key(sequence, length + position, paths[-1]), row)
+
+    def get(self, context: Context) -> Row | None:
+        return self.rows.get(context)
+
+
 class ReplayTable:
     """The adjacency table as a replay at one position would hold it, from the recorded run's rows.
 
     Rows of recorded steps wholly behind the position are stored in `table`; the step the position
     falls inside (its pass began before the position, its accepted path reaches past it) lies over
     them in `recent`, without the rows of its path at or after the position. Both store as the
-    recorded table stored; lookups follow AdjacencyTable.successors with the replay's min_score and
-    bigram setting.
+    recorded table stored; `row` looks up as AdjacencyTable.successors does, with the replay's bigram
+    setting. The replay reads it only for nodes no recorded pass saw in their context.
     """
 
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
-        self.min_score, self.use_bigram = config.min_score, config.use_bigram
+        self.use_bigram = config.use_bigram
         recorded = GooseConfig.from_dict(run.config)
         self.table = AdjacencyTable.from_config(recorded)
         self.recent = AdjacencyTable.from_config(recorded)
@@ -80,8 +124,7 @@ class ReplayTable:
 
     @staticmethod
     def _store(table: AdjacencyTable, keyed_rows: Sequence[tuple[int | None, int, Row]]) -> None:
-        table.store([token for _, token, _ in keyed_rows], [previous for previous, _, _ in keyed_rows],
-                    [row for _, _, row in keyed_rows])
+        table.store(*_columns(keyed_rows))
 
     @staticmethod
     def _keyed_rows(step: StepRecord, before_anchor: int | None, keep: Any) -> list[tuple[int | None, int, Row]]:
@@ -89,6 +132,27 @@ class ReplayTable:
         nodes = step.nodes
         return [(nodes[node.parent].token if node.parent >= 0 else before_anchor, node.token, row)
                 for i, (node, row) in enumerate(zip(nodes, step.rows)) if keep(i)]
+
+    @staticmethod
+    def _shadow_keyed_rows(step: StepRecord, continuation: Sequence[int]) -> list[tuple[int | None, int, Row]]:
+        """(previous, token, row) of the step's shadow nodes off the continuation (`continuation`: the tokens
+        from the step's first draft on; a shadow node on it may hold the row of a token at or after a later
+        anchor, and is left out)."""
+        tokens, depths = [n.token for n in step.nodes], [n.depth for n in step.nodes]
+        on_continuation = [False] * len(tokens)
+        for node in (0, *step.accepted):
+            on_continuation[node] = True
+        keyed = []
+        for parent, token, row in step.shadow or []:
+            depth = depths[parent] + 1
+            follows = (on_continuation[parent] and depth <= len(continuation)
+                       and continuation[depth - 1] == token)
+            tokens.append(token)
+            depths.append(depth)
+            on_continuation.append(follows)
+            if not follows:
+                keyed.append((tokens[parent], token, row))
+        return keyed
 
     def at(self, position: int, sequence: list[int], prompt_length: int) -> ReplayTable:
         """Move to `position` (never backwards): the table a replay whose anchor is tokens[position - 1] reads."""
@@ -101,6 +165,7 @@ class ReplayTable:
             if start + len(step.committed) > position:
                 break
             self._store(self.table, self._keyed_rows(step, before_anchor(start), lambda i: True))
+            self._store(self.table, self._shadow_keyed_rows(step, sequence[prompt_length + start:]))
             self._applied += 1
         self.recent.unigram.clear()
         self.recent.bigram.clear()
@@ -112,14 +177,15 @@ class ReplayTable:
                 self._store(self.recent, self._keyed_rows(step, before_anchor(start), lambda i: i not in ahead))
         return self
 
-    def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
+    def row(self, token: int, previous: int | None = None) -> Row | None:
+        """The row a lookup of `token` (after `previous`) reads, unfiltered; None when none was stored."""
         pairs = None
         if self.use_bigram and previous is not None:
             key = (previous, token)
             pairs = self.recent.bigram.get(key, self.table.bigram.get(key))
         if pairs is None:
-            pairs = self.recent.unigram.get(token, self.table.unigram.get(token, []))
-        return usable(pairs, self.min_score)
+            pairs = self.recent.unigram.get(token, self.table.unigram.get(token))
+        return pairs
 
 
 def _accepted_nodes(tree: DraftTree, continuation: list[int], accepted: int) -> list[int]:
@@ -159,7 +225,10 @@ def replay(run: RunRecord, method: str, config: GooseConfig, base: int | None,
     matcher = ContextMatcher.from_config(settings)
     matcher.extend(prompt + tokens[:1])
     drafter = METHODS[method](config)
-    table = ReplayTable(run, config) if drafter.uses_adjacency else None
+    table = None
+    if drafter.uses_adjacency:  # the replay's own table, refreshed as a real run refreshes it
+        table, recorded_rows, latest = AdjacencyTable.from_config(config), RecordedRows(run), ReplayTable(run, config)
+        table.store(*_columns(run.prefill_rows))
     recorded = list(zip(anchor_positions(run), run.steps))
     steps, position, covering = [], 1, 0
     while position < end:
@@ -167,9 +236,8 @@ def replay(run: RunRecord, method: str, config: GooseConfig, base: int | None,
             covering += 1
         match = matcher.match() if drafter.uses_context else ContextMatch()
         match.tokens = match.tokens[:max(0, run.max_new_tokens - position - 1)]
-        adjacency = table.at(position, sequence, len(prompt)) if table is not None else None
-        state = DraftState(sequence[len(prompt) + position - 1], sequence[len(prompt) + position - 2], match,
-                           adjacency, drafter.spine_acceptance)
+        start = len(prompt) + position  # the anchor's context: sequence[:start]
+        state = DraftState(sequence[start - 1], sequence[start - 2], match, table, drafter.spine_acceptance)
         if shapes is not None:
             shape, budget = shapes[position]
             drafter.config = config.with_overrides(**shape)
@@ -182,11 +250,24 @@ def replay(run: RunRecord, method: str, config: GooseConfig, base: int | None,
         accepted = accepted_length(tree, continuation)
         path = _accepted_nodes(tree, continuation, accepted)
         drafter.observe(state, tree, path, continuation[:accepted + 1])
+        if table is not None:
+            latest.at(position, sequence, len(prompt))
+            previous = [tree.tokens[p] if p >= 0 else sequence[start - 2] for p in tree.parents]
+            keyed = [(before, token, recorded_rows.get(context_key(sequence, start, node_path))
+                      or latest.row(token, before))
+                     for before, token, node_path in zip(previous, tree.tokens, node_paths(tree.parents, tree.tokens))]
+            table.store(*_columns([row for row in keyed if row[2] is not None]))
         steps.append(ReplayStep(position, budget, len(tree), accepted, tree))
         committed = min(accepted + 1, end - position)
         matcher.extend(tokens[position:position + committed])
         position += committed
     return steps
+
+
+def _columns(keyed_rows: Sequence[tuple[int | None, int, Row]]) -> tuple[list[int], list[int | None], list[Row]]:
+    """(previous, token, row) triples as AdjacencyTable.store's columns: tokens, previous tokens, rows."""
+    return [token for _, token, _ in keyed_rows], [previous for previous, _, _ in keyed_rows], \
+        [row for _, _, row in keyed_rows]
 
 
 def own_shapes(run: RunRecord) -> dict[int, tuple[dict[str, Any], int]]:

@@ -10,7 +10,8 @@ Format 2 added the snapshots, the texts of the tokens they mention and the
 verification cost table; format 3 the adjacency rows every pass stored (the prefill's
 and each step's, one per node) and the shape the tuner gave each tree, which a whole-run
 replay at other settings needs (goose.replay), and split a step's time after drafting into
-verify_s (the forward pass and the walk) and observe_s (the rest). Formats 1 and 2 still load
+verify_s (the forward pass and the walk) and observe_s (the rest); a format-3 run recorded with a
+shadow budget also holds each step's shadow rows (optional). Formats 1 and 2 still load
 (without them; their verify_s holds all of the step after drafting, observe_s 0).
 """
 
@@ -57,7 +58,9 @@ class StepRecord:
     """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings;
     When the run was recorded with its sources: `snapshot`, the sources the tree was built from;
     `rows`, the adjacency row the pass stored for each node (node order); `shape`, the shape knobs
-    the tuner set over the run's config for this tree (empty without a tuner).
+    the tuner set over the run's config for this tree (empty without a tuner); `shadow`, recorded with a
+    shadow budget: (parent, token, row) of each node a bigger tree had beyond this one, verified outside
+    the run (parents numbered after this tree's nodes; goose.decode.check_request).
 
     Timings: draft_s builds the tree; verify_s is its forward pass and the walk along it; observe_s
     the rest of the step: committing the tokens, the drafter's (and tuner's) learning and the
@@ -76,6 +79,7 @@ class StepRecord:
     snapshot: Snapshot | None = None
     rows: list[Row] | None = None
     shape: dict[str, Any] | None = None
+    shadow: list[tuple[int, int, Row]] | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -98,12 +102,15 @@ class StepRecord:
 
     def to_dict(self, pool: RowPool | None = None) -> dict[str, Any]:
         """JSON-ready; the snapshot's adjacency rows go to `pool` (the run's) when given."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("nodes", "snapshot", "rows")}
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("nodes", "snapshot", "rows", "shadow")}
         data["nodes"] = [asdict(node) for node in self.nodes]
         data["snapshot"] = self.snapshot.to_dict(pool) if self.snapshot is not None else None
+        pool = pool if pool is not None else RowPool()
         if self.rows is not None:
-            pool = pool if pool is not None else RowPool()
             data["rows"] = [pool.add(row) for row in self.rows]
+        if self.shadow is not None:
+            data["shadow"] = [[parent, token, pool.add(row)] for parent, token, row in self.shadow]
         return data
 
     @classmethod
@@ -114,6 +121,8 @@ class StepRecord:
             data["snapshot"] = Snapshot.from_dict(data["snapshot"], rows)
         if data.get("rows") is not None:
             data["rows"] = [rows[i] for i in data["rows"]]
+        if data.get("shadow") is not None:
+            data["shadow"] = [(parent, token, rows[i]) for parent, token, i in data["shadow"]]
         return cls(**data)
 
 

@@ -63,6 +63,18 @@ class DraftTree:
         self.children[parent][token] = node
         return node
 
+    def merged_with(self, other: DraftTree) -> DraftTree:
+        """A copy of this tree with the nodes of `other` (same root) it lacks appended after its own, which keep
+        their indices."""
+        merged = DraftTree(list(self.tokens), list(self.parents), list(self.depths), list(self.sources),
+                           list(self.scores), [dict(c) for c in self.children])
+        index = [0]  # other's node -> merged node
+        for i in range(1, len(other)):
+            parent, token = index[other.parents[i]], other.tokens[i]
+            node = merged.children[parent].get(token)
+            index.append(node if node is not None else merged.add(token, parent, other.sources[i], other.scores[i]))
+        return merged
+
     def child_list(self, node: int) -> list[int]:
         """Children of `node` in the order they were drafted (spine child first)."""
         return list(self.children[node].values())

@@ -11,7 +11,7 @@ from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose.costs import interpolate_cost
-from goose.replay import ReplayTable, anchor_positions
+from goose.replay import RecordedRows, ReplayTable, anchor_positions, context_key, node_paths
 from goose.trace import RunRecord
 from goose.whatif import CheckCancelled, NoSnapshotError, baseline_run, run_what_if
 
@@ -185,3 +185,60 @@ def test_the_check_keeps_the_runs_own_knobs_and_can_be_cancelled(models):
     with pytest.raises(CheckCancelled):
         run_what_if(recorded, check=True, model=goose_model, budget=4, cancel=lambda: asked.append(1) or True)
     assert len(asked) == 1, "cancelled after its first step"
+
+
+def test_a_shadow_recording_leaves_the_run_as_it_was(models):
+    """The shadow tree is verified outside the run: same tokens, trees and rows as a plain recording (fixed
+    budget: no tuner), and its rows survive JSON."""
+    for goose_model in models:
+        plain = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=6, record_sources=True)
+        rich = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=6, record_sources=True, shadow_budget=40)
+        assert rich.tokens == plain.tokens and recorded_trees(rich) == recorded_trees(plain)
+        assert [s.rows for s in rich.steps] == [s.rows for s in plain.steps]
+        assert plain.steps[0].shadow is None and sum(len(s.shadow) for s in rich.steps) > len(rich.steps)
+        loaded = RunRecord.from_json(rich.to_json())
+        assert [s.shadow for s in loaded.steps] == [[tuple(x) for x in s.shadow] for s in rich.steps]
+        assert trees(run_what_if(loaded).steps) == recorded_trees(rich), "and replays to itself"
+    with pytest.raises(ValueError, match="record_sources"):
+        goose.generate(models[0], PROMPTS[0], "goose", 8, shadow_budget=16)
+
+
+def test_rows_are_looked_up_by_the_context_they_were_computed_in(models):
+    """A real run's node and a recorded node (real or shadow) in the same context, reached from different
+    anchors, share one key and one row: the replay's rows for its own nodes are the model's where found."""
+    goose_model = models[1]
+    recorded = goose.generate(goose_model, PROMPTS[2], "goose", 36, budget=5, record_sources=True, shadow_budget=24)
+    real = goose.generate(goose_model, PROMPTS[2], "goose", 36, budget=24, record_sources=True)
+    known = RecordedRows(recorded)
+    sequence, length = real.prompt_tokens + real.tokens, len(real.prompt_tokens)
+    recorded_anchors = set(anchor_positions(recorded))
+    found = across = 0
+    for position, step in zip(anchor_positions(real), real.steps):
+        paths = node_paths([n.parent for n in step.nodes], [n.token for n in step.nodes])
+        for path, row in zip(paths, step.rows):
+            recorded_row = known.get(context_key(sequence, length + position, path))
+            if recorded_row is not None:
+                found += 1
+                across += position not in recorded_anchors  # reached from another anchor than the recorded one
+                assert [t for t, _ in recorded_row] == [t for t, _ in row]
+                assert [s for _, s in recorded_row] == pytest.approx([s for _, s in row], abs=1e-4)
+    assert found > sum(len(s.nodes) for s in recorded.steps)  # more than the recorded trees alone could hold
+    assert across > 0
+
+
+def test_shadow_rows_off_the_continuation_alone_reach_the_fallback_table(models):
+    """A shadow node on the continuation may hold the row of a token at or after a later anchor: the table a
+    replay falls back on by token never gets it."""
+    run = goose.generate(models[0], PROMPTS[1], "goose", 40, budget=4, record_sources=True, shadow_budget=32)
+    sequence, length = run.prompt_tokens + run.tokens, len(run.prompt_tokens)
+    left_out = 0
+    for position, step in zip(anchor_positions(run), run.steps):
+        paths = node_paths([n.parent for n in step.nodes], [n.token for n in step.nodes])
+        for parent, token, _ in step.shadow:
+            paths.append((*paths[parent], token))
+        off = [bool(context_key(sequence, length + position, path)[1]) for path in paths[len(step.nodes):]]
+        expected = [row for (_, _, row), is_off in zip(step.shadow, off) if is_off]
+        kept = [row for _, _, row in ReplayTable._shadow_keyed_rows(step, sequence[length + position:])]
+        assert len(kept) == len(expected) and all(a is b for a, b in zip(kept, expected))
+        left_out += off.count(False)
+    assert left_out > 0, "the shadow trees did reach along the continuation"

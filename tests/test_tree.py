@@ -165,3 +165,21 @@ def test_grown_budget_follows_confidence():
     config = GooseConfig()
     assert config.grown_budget(0.0) == 60 and config.grown_budget(1.0) == 100
     assert GooseConfig(budget=8).grown_budget(0.0) == 8 and GooseConfig(budget=8).grown_budget(1.0) == 13
+
+
+def test_a_merged_tree_keeps_its_own_nodes_and_appends_what_it_lacks():
+    tree = DraftTree.rooted_at(5)
+    a = tree.add(6, 0, SPINE)
+    tree.add(7, a, SPINE)
+    tree.add(8, 0, BRANCH)
+    other = DraftTree.rooted_at(5)
+    b = other.add(8, 0, BRANCH)     # shared with tree
+    other.add(9, b, BRANCH)         # new, under a shared node
+    c = other.add(10, 0, BRANCH)    # new
+    other.add(11, c, BRANCH)        # new, under a new node
+    merged = tree.merged_with(other)
+    assert merged.tokens[:len(tree)] == tree.tokens and merged.parents[:len(tree)] == tree.parents
+    assert merged.tokens[len(tree):] == [9, 10, 11]
+    assert merged.parents[len(tree):] == [3, 0, len(tree) + 1]
+    assert merged.depths == [0, 1, 2, 1, 2, 1, 2]
+    assert len(tree) == 4 and tree.children[3] == {}, "the tree itself is left as it was"

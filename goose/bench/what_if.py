@@ -59,10 +59,13 @@ class CheckRow:
 def check_prompt(goose_model: GooseModel, prompt_id: str, text: str, max_new_tokens: int, head: str,
                  folder: Path, settings_grid: Sequence[dict[str, Any]] = WHAT_IF_SETTINGS,
                  budget: int | None = None) -> list[CheckRow]:
-    """Record goose on `text` (at `budget`, auto by default; saved under `folder`), replay it at every setting
-    and run each for real."""
+    """Record goose on `text` (at `budget`, auto by default; saved under `folder`), with a shadow tree of the
+    grid's biggest budget (rows for the replays' own rejected nodes), replay it at every setting and run each
+    for real."""
     folder.mkdir(parents=True, exist_ok=True)
-    recorded = generate(goose_model, text, SpineTree.name, max_new_tokens, budget, record_sources=True, head=head)
+    shadow = max(settings.get("budget", 0) for settings in settings_grid)
+    recorded = generate(goose_model, text, SpineTree.name, max_new_tokens, budget, record_sources=True, head=head,
+                        shadow_budget=shadow)
     recorded.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt_id)}.json")
     rows = []
     for settings in settings_grid:
