@@ -111,11 +111,11 @@ class Screen(FullHead):
 
     @torch.inference_mode()
     def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
-        return self._capped_top(self.approximate(hidden.float()), top_k)
+        return self._capped_top(ChunkedRows(self.approximate(hidden.float())), top_k)
 
-    def _capped_top(self, approx: torch.Tensor | ChunkedRows, top_k: int) -> torch.return_types.topk:
+    def _capped_top(self, approx: ChunkedRows, top_k: int) -> torch.return_types.topk:
         """The top-k of screened logits (float32), soft-capped as the model's own logits are."""
-        top = (approx if isinstance(approx, ChunkedRows) else ChunkedRows(approx)).top(top_k)
+        top = approx.top(top_k)
         return torch.return_types.topk((softcap(top.values.float(), self.cap), top.indices))
 
 

@@ -81,6 +81,14 @@ def node_paths(parents: Sequence[int], tokens: Sequence[int]) -> list[tuple[int,
     return paths
 
 
+def step_paths(step: StepRecord) -> list[tuple[int, ...]]:
+    """The paths (node_paths) of a recorded step's nodes, then of its shadow nodes (numbered after them)."""
+    paths = node_paths([n.parent for n in step.nodes], [n.token for n in step.nodes])
+    for parent, token, _ in step.shadow or []:
+        paths.append((*paths[parent], token))
+    return paths
+
+
 class RecordedRows:
     """Every adjacency row the recorded passes computed (their shadow trees' too), by the context it was
     computed in."""
@@ -90,14 +98,13 @@ class RecordedRows:
         self.rows: dict[Context, Row] = {}
         shadows = []
         for position, step in zip(anchor_positions(run), run.steps):
-            paths = node_paths([n.parent for n in step.nodes], [n.token for n in step.nodes])
+            paths = step_paths(step)
             for path, row in zip(paths, step.rows):
                 self.rows.setdefault(context_key(sequence, length + position, path), row)
-            shadows.append((position, paths, step.shadow or []))
+            shadows.append((position, paths[len(step.nodes):], step.shadow or []))
         for position, paths, shadow in shadows:  # after every real row: the recorded run replays to itself
-            for parent, token, row in shadow:
-                paths.append((*paths[parent], token))
-                self.rows.setdefault(context_key(sequence, length + position, paths[-1]), row)
+            for path, (_, _, row) in zip(paths, shadow):
+                self.rows.setdefault(context_key(sequence, length + position, path), row)
 
     def get(self, context: Context) -> Row | None:
         return self.rows.get(context)
@@ -134,25 +141,15 @@ class ReplayTable:
                 for i, (node, row) in enumerate(zip(nodes, step.rows)) if keep(i)]
 
     @staticmethod
-    def _shadow_keyed_rows(step: StepRecord, continuation: Sequence[int]) -> list[tuple[int | None, int, Row]]:
-        """(previous, token, row) of the step's shadow nodes off the continuation (`continuation`: the tokens
-        from the step's first draft on; a shadow node on it may hold the row of a token at or after a later
-        anchor, and is left out)."""
-        tokens, depths = [n.token for n in step.nodes], [n.depth for n in step.nodes]
-        on_continuation = [False] * len(tokens)
-        for node in (0, *step.accepted):
-            on_continuation[node] = True
-        keyed = []
-        for parent, token, row in step.shadow or []:
-            depth = depths[parent] + 1
-            follows = (on_continuation[parent] and depth <= len(continuation)
-                       and continuation[depth - 1] == token)
-            tokens.append(token)
-            depths.append(depth)
-            on_continuation.append(follows)
-            if not follows:
-                keyed.append((tokens[parent], token, row))
-        return keyed
+    def _shadow_keyed_rows(step: StepRecord, sequence: Sequence[int], start: int) -> list[tuple[int | None, int, Row]]:
+        """(previous, token, row) of the step's shadow nodes off the continuation (`start`: the length of the
+        sequence its anchor ends). A shadow node on the continuation may hold the row of a token at or after a
+        later anchor, and is left out."""
+        shadow = step.shadow or []
+        tokens = [node.token for node in step.nodes] + [token for _, token, _ in shadow]
+        paths = step_paths(step)[len(step.nodes):]
+        return [(tokens[parent], token, row) for (parent, token, row), path in zip(shadow, paths)
+                if context_key(sequence, start, path)[1]]
 
     def at(self, position: int, sequence: list[int], prompt_length: int) -> ReplayTable:
         """Move to `position` (never backwards): the table a replay whose anchor is tokens[position - 1] reads."""
@@ -165,7 +162,7 @@ class ReplayTable:
             if start + len(step.committed) > position:
                 break
             self._store(self.table, self._keyed_rows(step, before_anchor(start), lambda i: True))
-            self._store(self.table, self._shadow_keyed_rows(step, sequence[prompt_length + start:]))
+            self._store(self.table, self._shadow_keyed_rows(step, sequence, prompt_length + start))
             self._applied += 1
         self.recent.unigram.clear()
         self.recent.bigram.clear()

@@ -238,7 +238,7 @@ def test_shadow_rows_off_the_continuation_alone_reach_the_fallback_table(models)
             paths.append((*paths[parent], token))
         off = [bool(context_key(sequence, length + position, path)[1]) for path in paths[len(step.nodes):]]
         expected = [row for (_, _, row), is_off in zip(step.shadow, off) if is_off]
-        kept = [row for _, _, row in ReplayTable._shadow_keyed_rows(step, sequence[length + position:])]
+        kept = [row for _, _, row in ReplayTable._shadow_keyed_rows(step, sequence, length + position)]
         assert len(kept) == len(expected) and all(a is b for a, b in zip(kept, expected))
         left_out += off.count(False)
     assert left_out > 0, "the shadow trees did reach along the continuation"
