@@ -355,6 +355,7 @@ class ScreenedRows(TargetRows):
     def __init__(self, head: Screen, hidden: torch.Tensor) -> None:
         super().__init__(head, hidden)
         approx, self.bound = head.screen(self.hidden)
+        self.screened = ChunkedRows(approx)  # the table's top-k read through its chunks, as greedy's is
         self.approx = softcap(approx, head.cap)
 
     def logits(self, i: int) -> torch.Tensor:
@@ -387,7 +388,7 @@ class ScreenedRows(TargetRows):
         return int(candidates[exact.argmax()])
 
     def adjacency_top(self, k: int) -> torch.return_types.topk:
-        return torch.topk(self.approx, min(k, self.vocab_size), dim=-1)
+        return self.head._capped_top(self.screened, k)
 
 
 class RoutedHead:
