@@ -1,4 +1,5 @@
-"""Command line: `python -m goose generate ...` (and `bench`, `bench-report`, `what-if-check`: see goose.bench)."""
+"""Command line: `python -m goose generate ...` (and `build-prior`; `bench`, `bench-report`, `what-if-check`: see
+goose.bench)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from goose.bench.what_if import add_check_arguments, run_check
 from goose.config import parse_budget
 from goose.decode import METHODS
 from goose.head import HEAD_CHOICES
+from goose.sources.prior import PRIOR_TOKENS
 
 HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the fastest exact head on this "
              "device, timed once), int8 (the exact float32 argmax through an int8 screen, CPU), screened (the same "
@@ -67,6 +69,17 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_report(args: argparse.Namespace) -> int:
     print(format_table(rebuild_results(Path(args.folder))))
+    return 0
+
+
+def _build_prior(args: argparse.Namespace) -> int:
+    import goose
+    from goose.sources.prior import SHIPPED, build_prior, prior_path
+
+    goose_model = goose.load_model(args.model, device=args.device)
+    prior = build_prior(goose_model, new_tokens=args.new_tokens, progress=True)
+    path = prior.save(args.out or prior_path(goose_model.name, SHIPPED if args.ship else None))
+    print(f"prior {prior.name}: rows for {len(prior.rows)} tokens in {path}")
     return 0
 
 
@@ -133,6 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--head", default="auto", choices=HEAD_CHOICES, help=HEAD_HELP)
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
     gen.set_defaults(handler=_generate)
+    prior = commands.add_parser("build-prior", help="build the model's prior rows for the adjacency table (its "
+                                "warm start; the embedded model's ships with the package)")
+    prior.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
+    prior.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: CUDA when present)")
+    prior.add_argument("--new-tokens", type=int, default=PRIOR_TOKENS,
+                       help=f"tokens the model writes after each neutral opening (default {PRIOR_TOKENS})")
+    prior.add_argument("--ship", action="store_true", help="write it into the package (goose/priors/), not the "
+                       "user cache: for a model whose prior ships")
+    prior.add_argument("--out", default=None, help="write it here instead (runs look in the cache and the package)")
+    prior.set_defaults(handler=_build_prior)
     _add_bench_parsers(commands)
     return parser
 

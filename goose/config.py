@@ -30,6 +30,9 @@ class GooseConfig:
     top_k:             successors kept per token in the adjacency table (K).
     min_score:         successors scoring below this are never drafted.
     use_bigram:        consult the (previous token, token) tier first.
+    warm_start:        start the adjacency table over the model's prior rows, where one was built
+                       (goose.sources.prior; the embedded model's ships): a token the run has not seen
+                       yet is drafted from what the model predicts after it on neutral text.
     ema_alpha:         smoothing of the spine-acceptance EMA.
     ema_start:         its starting value.
     spine_tiers:       spine ratio for EMA < 0.2, < 0.4, else.
@@ -53,6 +56,7 @@ class GooseConfig:
     top_k: int = 10
     min_score: float = 0.01
     use_bigram: bool = True
+    warm_start: bool = True
     ema_alpha: float = 0.3
     ema_start: float = 0.5
     spine_tiers: tuple[float, float, float] = (0.15, 0.30, 0.50)

@@ -27,6 +27,7 @@ from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
+from goose.sources.prior import find_prior
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import ROOT, DraftTree
 from goose.verify import Verifier
@@ -76,7 +77,11 @@ class Generation:
         self.walker = make_walker(head_for(goose_model, head), request.sampling)
         self.verifier = Verifier(goose_model.model)
         self.matcher = ContextMatcher.from_config(self.config)
-        self.adjacency = AdjacencyTable.from_config(self.config) if drafter_class.uses_adjacency else None
+        self.adjacency = None
+        if drafter_class.uses_adjacency:
+            prior = find_prior(goose_model.name) if self.config.warm_start else None
+            self.adjacency = AdjacencyTable.from_config(self.config, prior.rows if prior else None)
+            self.run.prior = prior.name if prior else None
         self.drafted: Counter = Counter()
         self.accepted_by_source: Counter = Counter()
         self.record_sources = request.record_sources

@@ -31,6 +31,7 @@ from goose.config import GooseConfig
 from goose.drafters import METHODS, DraftState
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
 from goose.sources.adjacency import Row
+from goose.sources.prior import find_prior
 from goose.trace import RunRecord, StepRecord
 from goose.tree import DraftTree
 
@@ -123,7 +124,7 @@ class ReplayTable:
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
         self.use_bigram = config.use_bigram
         recorded = GooseConfig.from_dict(run.config)
-        self.table = AdjacencyTable.from_config(recorded)
+        self.table = AdjacencyTable.from_config(recorded, recorded_prior(run, config))
         self.recent = AdjacencyTable.from_config(recorded)
         self._store(self.table, run.prefill_rows)
         self._steps = list(zip(anchor_positions(run), run.steps))
@@ -181,8 +182,8 @@ class ReplayTable:
             key = (previous, token)
             pairs = self.recent.bigram.get(key, self.table.bigram.get(key))
         if pairs is None:
-            pairs = self.recent.unigram.get(token, self.table.unigram.get(token))
-        return pairs
+            pairs = self.recent.unigram.get(token)
+        return pairs if pairs is not None else self.table.unigram_row(token)
 
 
 def _accepted_nodes(tree: DraftTree, continuation: list[int], accepted: int) -> list[int]:
@@ -191,6 +192,19 @@ def _accepted_nodes(tree: DraftTree, continuation: list[int], accepted: int) -> 
         node = tree.children[node][token]
         path.append(node)
     return path
+
+
+def recorded_prior(run: RunRecord, config: GooseConfig) -> Mapping[int, Row] | None:
+    """The rows of the prior the run's table started over, if the replay's `config` starts warm too (else None);
+    NoReplayDataError when that prior is not on this machine."""
+    if run.prior is None or not config.warm_start:
+        return None
+    prior = find_prior(run.model)
+    if prior is None or prior.name != run.prior:
+        raise NoReplayDataError(f"this run's adjacency table started over the prior {run.prior!r}, which is not on "
+                                f"this machine (python -m goose build-prior --model {run.model} builds the model's "
+                                "prior; a rebuilt one must be the same to replay the run)")
+    return prior.rows
 
 
 def check_replayable(run: RunRecord, method: str) -> None:
@@ -224,7 +238,8 @@ def replay(run: RunRecord, method: str, config: GooseConfig, base: int | None,
     drafter = METHODS[method](config)
     table = None
     if drafter.uses_adjacency:  # the replay's own table, refreshed as a real run refreshes it
-        table, recorded_rows, latest = AdjacencyTable.from_config(config), RecordedRows(run), ReplayTable(run, config)
+        table, recorded_rows = AdjacencyTable.from_config(config, recorded_prior(run, config)), RecordedRows(run)
+        latest = ReplayTable(run, config)
         table.store(*_columns(run.prefill_rows))
     recorded = list(zip(anchor_positions(run), run.steps))
     steps, position, covering = [], 1, 0

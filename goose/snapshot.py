@@ -138,7 +138,7 @@ class RecordedRows:
     def _unigram(self, token: int) -> Row | None:
         rows = self.snapshot.unigram
         if token not in rows and self.live is not None:
-            rows[token] = list(self.live.unigram.get(token, []))
+            rows[token] = list(self.live.unigram_row(token) or [])
         return rows.get(token)
 
     def _bigram(self, previous: int, token: int) -> tuple[bool, Row | None]:

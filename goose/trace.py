@@ -153,6 +153,7 @@ class RunRecord:
     costs:       seconds of one verification pass per tree size on the recording device (with snapshots).
     prefill_rows: the adjacency rows the prefill stored, as (previous, token, row) in order; None when the
                  run was not recorded with its sources (an empty list: recorded, no adjacency table kept).
+    prior:       the name of the prior the adjacency table started over (goose.sources.prior), None if none.
     """
 
     prompt: str
@@ -171,6 +172,7 @@ class RunRecord:
     costs: dict[int, float] = field(default_factory=dict)
     head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
     prefill_rows: list[tuple[int | None, int, Row]] | None = None
+    prior: str | None = None
     format: str = TRACE_FORMAT
 
     @property

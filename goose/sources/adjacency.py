@@ -4,12 +4,13 @@ For each token, the top-K successors the target model predicted the last time
 it saw that token, with scores (softmax over the top-K logits). Every forward
 pass refreshes it, so predictions the model makes anyway, at rejected tree
 nodes too, are recycled as drafts. A bigram tier keyed on (previous token,
-token) is consulted first: two tokens of context narrow the guess.
+token) is consulted first: two tokens of context narrow the guess. A prior
+(goose.sources.prior), where given, answers last, for tokens the run has not seen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,19 +28,22 @@ def usable(pairs: Row, min_score: float) -> Row:
 
 class AdjacencyTable:
     """Two-tier top-K successor table, kept sparse: only tokens seen in a run have rows, so a run's
-    table costs nothing up front whatever the vocabulary."""
+    table costs nothing up front whatever the vocabulary. `prior`: rows for tokens without one of the
+    run's own (read, never written)."""
 
-    def __init__(self, top_k: int = 10, min_score: float = 0.01, use_bigram: bool = True) -> None:
+    def __init__(self, top_k: int = 10, min_score: float = 0.01, use_bigram: bool = True,
+                 prior: Mapping[int, Row] | None = None) -> None:
         self.top_k = top_k
         self.min_score = min_score
         self.use_bigram = use_bigram
         self.unigram: dict[int, Row] = {}
         self.bigram: dict[tuple[int, int], Row] = {}
+        self.prior: Mapping[int, Row] = prior or {}
 
     @classmethod
-    def from_config(cls, config: GooseConfig) -> AdjacencyTable:
-        """The table a run with this GooseConfig keeps."""
-        return cls(config.top_k, config.min_score, config.use_bigram)
+    def from_config(cls, config: GooseConfig, prior: Mapping[int, Row] | None = None) -> AdjacencyTable:
+        """The table a run with this GooseConfig keeps (over `prior`'s rows, if any)."""
+        return cls(config.top_k, config.min_score, config.use_bigram, prior)
 
     def refresh(self, tokens: Sequence[int], previous: Sequence[int | None],
                 top_ids: torch.Tensor, top_logits: torch.Tensor) -> list[Row]:
@@ -78,5 +82,10 @@ class AdjacencyTable:
         """(successor, score) pairs, most likely first, scores >= min_score."""
         pairs = self.bigram.get((previous, token)) if self.use_bigram and previous is not None else None
         if pairs is None:
-            pairs = self.unigram.get(token, [])
+            pairs = self.unigram_row(token) or []
         return usable(pairs, self.min_score)
+
+    def unigram_row(self, token: int) -> Row | None:
+        """The token's row: the run's own, else the prior's; None when neither has one."""
+        row = self.unigram.get(token)
+        return row if row is not None else self.prior.get(token)
