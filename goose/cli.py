@@ -22,7 +22,7 @@ from goose.bench.what_if import add_check_arguments, run_check
 from goose.config import parse_budget
 from goose.decode import METHODS
 from goose.head import HEAD_CHOICES
-from goose.sources.prior import PRIOR_TOKENS
+from goose.prior_build import PRIOR_TOKENS
 
 HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the fastest exact head on this "
              "device, timed once), int8 (the exact float32 argmax through an int8 screen, CPU), screened (the same "
@@ -74,7 +74,8 @@ def _bench_report(args: argparse.Namespace) -> int:
 
 def _build_prior(args: argparse.Namespace) -> int:
     import goose
-    from goose.sources.prior import SHIPPED, build_prior, prior_path
+    from goose.prior_build import build_prior
+    from goose.sources.prior import SHIPPED, prior_path
 
     goose_model = goose.load_model(args.model, device=args.device)
     prior = build_prior(goose_model, new_tokens=args.new_tokens, progress=True)

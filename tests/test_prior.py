@@ -8,8 +8,9 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
+from goose.prior_build import build_prior
 from goose.sources import AdjacencyTable
-from goose.sources.prior import SHIPPED, Prior, average_rows, build_prior, find_prior, prior_path
+from goose.sources.prior import SHIPPED, Prior, average_rows, find_prior, prior_path
 from goose.whatif import NoSnapshotError, run_what_if
 
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "one two three four one two", "The quick brown fox"]
@@ -88,7 +89,8 @@ def test_sampling_with_a_warm_start_draws_what_plain_sampling_draws(cache, model
         for seed, prompt in enumerate(PROMPTS):
             plain = goose.generate(goose_model, prompt, "autoregressive", 40, temperature=0.8, seed=seed)
             for method in ("goose", "recycling"):
-                assert goose.generate(goose_model, prompt, method, 40, temperature=0.8, seed=seed).tokens == plain.tokens
+                drawn = goose.generate(goose_model, prompt, method, 40, temperature=0.8, seed=seed)
+                assert drawn.tokens == plain.tokens, (goose_model.name, method, seed)
 
 
 def test_a_replay_reads_the_run_s_prior_and_says_when_it_is_gone(cache, models):
