@@ -11,7 +11,7 @@ import goose
 from goose.prior_build import build_prior
 from goose.sources import AdjacencyTable
 from goose.sources.prior import SHIPPED, Prior, average_rows, find_prior, prior_path
-from goose.whatif import NoSnapshotError, run_what_if
+from goose.whatif import NoSnapshotError, run_what_if, what_if
 
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "one two three four one two", "The quick brown fox"]
 OPENINGS = ["def f(x):\n", "The cat", "1, 2, 3,", "Dear Sir,", "import os\n"]
@@ -101,6 +101,9 @@ def test_a_replay_reads_the_run_s_prior_and_says_when_it_is_gone(cache, models):
             replayed = run_what_if(run)
             assert replayed.accepted[:-1] == run.accepted_lengths[:-1]
             assert replayed.tau == pytest.approx(run.totals.tau)
+            for i, step in enumerate(run.steps):  # the snapshots kept the prior's rows the trees read
+                rebuilt = what_if(run, i)
+                assert rebuilt.exact and rebuilt.tree.tokens == [n.token for n in step.nodes]
             # without the prior: its first tree is the cold run's (later ones are estimates, from the run's rows)
             cold = goose.generate(goose_model, prompt, "goose", 36, budget=10, warm_start=False)
             first = run_what_if(run, warm_start=False).steps[0].tree
@@ -126,5 +129,5 @@ def test_the_build_prior_command_writes_a_prior_runs_then_find(cache, tmp_path, 
 def test_the_embedded_model_s_prior_ships_with_the_package():
     prior = find_prior(goose.model.DEFAULT_MODEL)
     assert prior_path(goose.model.DEFAULT_MODEL, SHIPPED).exists()
-    assert prior.name.startswith("gemma-3-270m@") and len(prior.rows) > 2000
+    assert prior.name.startswith("gemma-3-270m@") and len(prior.rows) > 1500
     assert all(0 <= t < 262144 and 0 < s <= 1 for row in prior.rows.values() for t, s in row)
