@@ -355,7 +355,6 @@ class ScreenedRows(TargetRows):
     def __init__(self, head: Screen, hidden: torch.Tensor) -> None:
         super().__init__(head, hidden)
         approx, self.bound = head.screen(self.hidden)
-        self.screened = ChunkedRows(approx)  # the table's top-k read through its chunks, as greedy's is
         self.approx = softcap(approx, head.cap)
 
     def logits(self, i: int) -> torch.Tensor:
@@ -388,7 +387,8 @@ class ScreenedRows(TargetRows):
         return int(candidates[exact.argmax()])
 
     def adjacency_top(self, k: int) -> torch.return_types.topk:
-        return self.head._capped_top(self.screened, k)
+        # read through the chunks' maxima, as greedy's top-k is (the rows are soft-capped already)
+        return ChunkedRows(self.approx).top(k)
 
 
 class RoutedHead:

@@ -35,7 +35,6 @@ OPENINGS = (
 )
 
 
-
 @torch.inference_mode()
 def build_prior(goose_model: GooseModel, openings: Iterable[str] = OPENINGS, top_k: int = 10,
                 new_tokens: int = PRIOR_TOKENS, progress: bool = False) -> Prior:

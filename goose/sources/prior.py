@@ -29,6 +29,8 @@ import torch
 from goose.sources.adjacency import Row
 
 SHIPPED = Path(__file__).resolve().parent.parent / "priors"  # priors that ship with the package
+
+
 @dataclass(frozen=True)
 class Prior:
     """Successor rows for tokens a run has not seen yet. `name`: the model and a hash of the rows."""
