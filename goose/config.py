@@ -40,6 +40,9 @@ class GooseConfig:
                        confidence still grows it to r + confidence * (1 - r).
     spine_branch_share: rho, the share of the branch budget hung off the spine.
     max_branch_depth:  depth at which branch growth stops.
+    branch_order:      how branches grow: "best" (the likeliest paths under the table's scores first) or
+                       "breadth" (the paper's step 4: breadth-first, a node of score s getting about
+                       remaining * s children, the spine's share split harmonically over its nodes).
     branches:          hang adjacency branches off the root and the spine (False: the spine alone takes
                        the whole budget, the context chain of pld; with no match, the root alone).
     branching:         k of the balanced (isotropic) control tree.
@@ -63,6 +66,7 @@ class GooseConfig:
     spine_share: float | None = None
     spine_branch_share: float = 0.5
     max_branch_depth: int = 6
+    branch_order: str = "best"
     branches: bool = True
     branching: int = 3
 
@@ -81,6 +85,8 @@ class GooseConfig:
             raise ValueError("spine_branch_share and ema_alpha lie in [0, 1]")
         if self.spine_share is not None and not 0.0 <= self.spine_share <= 1.0:
             raise ValueError(f"spine_share lies in [0, 1] (or None for the paper's tiers), got {self.spine_share!r}")
+        if self.branch_order not in ("best", "breadth"):
+            raise ValueError(f"branch_order is 'best' or 'breadth', got {self.branch_order!r}")
         if self.max_chain < 1 or self.max_extended_chain < self.max_chain:
             raise ValueError("max_extended_chain must be at least max_chain >= 1")
 
@@ -114,7 +120,9 @@ class GooseConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GooseConfig:
+        """The config a trace stored. One stored before `branch_order` existed grew its branches breadth-first."""
         data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        data.setdefault("branch_order", "breadth")
         return cls().with_overrides(**data)
 
 

@@ -82,6 +82,17 @@ def test_speculative_methods_are_lossless(name, method):
 
 
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("method", ["goose", "recycling"])
+def test_the_papers_breadth_first_branches_are_lossless(name, method):
+    """branch_order="breadth" (the reference's step 4) builds other trees than the default best first: lossless too."""
+    for prompt in [*PROMPTS.values(), echo_prompt(name)]:
+        for budget in (4, 16):
+            run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS, budget=budget,
+                                 branch_order="breadth")
+            assert run.tokens == reference(name, prompt), (prompt, budget)
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_the_default_auto_budget_and_shape_are_lossless(name):
     """budget="auto" (the default) tunes every method's budget and shape as it goes: lossless throughout,
     with one tuner per method carried across the prompts."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -65,10 +67,12 @@ CASES = [(seed, budget, length, confidence, fill)
          for fill in (1.0, 0.5)]
 
 
+@pytest.mark.parametrize("order", ["best", "breadth"])
 @pytest.mark.parametrize("seed,budget,length,confidence,fill", CASES)
-def test_goose_tree_structure_and_sources(seed, budget, length, confidence, fill):
+def test_goose_tree_structure_and_sources(seed, budget, length, confidence, fill, order):
     table, match = random_table(seed, fill=fill), random_match(seed, length, confidence)
-    tree = build_goose_tree(seed % VOCAB, None, match, table, GooseConfig(), budget, spine_acceptance=0.5)
+    config = GooseConfig(branch_order=order)
+    tree = build_goose_tree(seed % VOCAB, None, match, table, config, budget, spine_acceptance=0.5)
     check_structure(tree, budget)
     spine = spine_nodes(tree)
     # the spine is a chain hanging from the root carrying the match, in order
@@ -137,6 +141,79 @@ def test_branches_skip_the_next_spine_token_and_root_prefers_strong_successors()
     assert root_children[0] == match.tokens[0] and root_children.count(match.tokens[0]) == 1
     expected = [t for t, _ in table.successors(1) if t != match.tokens[0]]
     assert root_children[1:] == expected[:len(root_children) - 1]
+
+
+def reach(tree: DraftTree, node: int) -> float:
+    """The product of the branch scores on the way to `node` (spine nodes score 1)."""
+    return math.prod(tree.scores[n] for n in tree.ancestors(node) if tree.sources[n] == BRANCH)
+
+
+def likeliest_paths(table: AdjacencyTable, anchor: int, config: GooseConfig, count: int) -> list[float]:
+    """Brute force: the reaches of the `count` likeliest nodes of the whole tree the table allows from
+    `anchor` (the root's row whole, a node at depth d its top_k // d best, no node deeper than
+    max_branch_depth), most likely first."""
+    reaches, paths = [], [([anchor], 1.0)]
+    while paths:
+        path, p = paths.pop()
+        depth = len(path) - 1
+        if depth >= config.max_branch_depth:
+            continue
+        row = table.successors(path[-1], path[-2] if depth else None)
+        for token, score in row[:None if depth == 0 else max(1, config.top_k // depth)]:
+            reaches.append(p * score)
+            paths.append(([*path, token], p * score))
+    return sorted(reaches, reverse=True)[:count]
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("budget", [2, 5, 9, 24, 60])
+def test_best_first_branches_are_the_likeliest_paths(seed, budget):
+    """Without a match, the tree holds exactly the budget's likeliest nodes under the table's scores."""
+    config = GooseConfig(max_branch_depth=4)
+    table = random_table(seed, spread=1.5)
+    tree = build_goose_tree(seed, None, ContextMatch(), table, config, budget, spine_acceptance=0.5)
+    grown = sorted((reach(tree, n) for n in range(1, len(tree))), reverse=True)
+    assert grown == pytest.approx(likeliest_paths(table, seed, config, budget - 1), rel=1e-9)
+    assert len(tree) == budget
+
+
+def test_best_first_splits_the_branch_budget_by_rho_and_weighs_spine_nodes_by_their_reach():
+    """rho of the branch nodes hang off the spine; a spine node's branches weigh q^(depth) (q: the spine
+    acceptance), so a likelier spine node's branches come first, and a confident row off the root grows deep."""
+    table, match = random_table(6, spread=1.5), random_match(7, 6, 0.0)
+    for rho in (0.0, 0.4, 1.0):
+        config = GooseConfig(spine_share=0.25, spine_branch_share=rho)
+        tree = build_goose_tree(1, None, match, table, config, 40, spine_acceptance=0.5)
+        spine = spine_nodes(tree)
+        off_spine = [n for n in range(len(tree)) if tree.sources[n] == BRANCH
+                     and tree.sources[tree.ancestors(n)[-2]] == SPINE]
+        assert len(off_spine) == round((40 - 1 - len(spine)) * rho)
+    config = GooseConfig(spine_share=0.25, spine_branch_share=1.0)
+    hung = {}  # q -> branch nodes hung (at any depth) off each spine node
+    for q in (0.2, 0.9):
+        tree = build_goose_tree(1, None, match, table, config, 40, spine_acceptance=q)
+        spine = spine_nodes(tree)
+        seeds = [next(a for a in tree.ancestors(n) if tree.sources[a] == SPINE)
+                 for n in range(1, len(tree)) if tree.sources[n] == BRANCH]
+        hung[q] = [seeds.count(node) for node in spine]
+    assert hung[0.2][0] > hung[0.9][0] and sum(hung[0.2][3:]) < sum(hung[0.9][3:])
+
+
+def test_the_papers_breadth_first_order_still_builds_its_tree():
+    """branch_order="breadth": the root takes its whole share first, a node of score s about remaining * s
+    children (the reference's step 4)."""
+    table = random_table(3)
+    tree = build_goose_tree(1, None, ContextMatch(), table, GooseConfig(branch_order="breadth"), 12, 0.5)
+    root_row = [t for t, _ in table.successors(1)]
+    assert [tree.tokens[c] for c in tree.child_list(0)] == root_row[:11]
+    best = build_goose_tree(1, None, ContextMatch(), table, GooseConfig(), 12, 0.5)
+    assert (best.tokens, best.parents) != (tree.tokens, tree.parents)
+    with pytest.raises(ValueError, match="branch_order"):
+        GooseConfig(branch_order="depth")
+    stored = asdict(GooseConfig())
+    assert GooseConfig.from_dict(stored).branch_order == "best"
+    del stored["branch_order"]  # a trace from before the knob: its trees grew breadth-first
+    assert GooseConfig.from_dict(stored).branch_order == "breadth"
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
