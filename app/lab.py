@@ -40,6 +40,8 @@ COSTS = ASSETS / "costs"  # cost curves of other devices, shipped as JSON (label
 THIS_DEVICE = "this run's device"
 Measurements = dict[str, dict[int, tuple[float, float | None]]]  # method -> base budget -> measured (τ, speed-up)
 TREE_HEIGHT = 520
+ORDERS = {"best first": "best", "breadth-first (the paper)": "breadth"}  # label -> GooseConfig.branch_order
+ORDER_LABELS = {value: label for label, value in ORDERS.items()}
 NO_RUN = "Open a run here: generate one in **Explore**, or open a trace in **Replay**, then press *Open in Lab*."
 
 
@@ -52,10 +54,11 @@ def _fail(message: str) -> str:
     return f'<div class="lab-message" style="padding:8px;color:#b91c1c">{html.escape(message)}</div>'
 
 
-def settings_from(method: str, budget: Any, fixed_share: bool, share: Any, rho: Any, depth: Any, branching: Any,
-                  bigram: bool) -> dict[str, Any]:
+def settings_from(method: str, budget: Any, fixed_share: bool, share: Any, rho: Any, depth: Any, order: str,
+                  branching: Any, bigram: bool) -> dict[str, Any]:
     """The what-if settings the controls stand for; budget 0 keeps each step's own node budget."""
     settings: dict[str, Any] = {"method": method, "spine_branch_share": float(rho), "max_branch_depth": int(depth),
+                                "branch_order": ORDERS.get(order, order),
                                 "branching": int(branching), "use_bigram": bool(bigram),
                                 "spine_share": float(share) if fixed_share else None}
     if int(budget or 0) > 0:
@@ -222,16 +225,16 @@ def open_run(run: RunRecord | None) -> tuple:
     return (run, status, gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), sweep_chart(curves),
             cost_chart(run, curves, method=method), depth_chart(run), curves, {},
             method, 0, fixed, config.spine_share if fixed else 0.5, config.spine_branch_share,
-            config.max_branch_depth, config.branching, config.use_bigram)
+            config.max_branch_depth, ORDER_LABELS[config.branch_order], config.branching, config.use_bigram)
 
 
 def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
-            depth: Any, branching: Any, bigram: bool) -> tuple[str, str, str, go.Figure | None]:
+            depth: Any, order: str, branching: Any, bigram: bool) -> tuple[str, str, str, go.Figure | None]:
     """The verdict, the real and the rebuilt tree of the chosen step, and the run chart for the setting."""
     if run is None:
         return "", tree_iframe(None), tree_iframe(None), None
     step = run.steps[min(max(0, int(index or 0)), len(run.steps) - 1)]
-    settings = settings_from(method, budget, fixed_share, share, rho, depth, branching, bigram)
+    settings = settings_from(method, budget, fixed_share, share, rho, depth, order, branching, bigram)
     try:
         result = what_if(run, step.index, **settings)
     except NoSnapshotError as error:
@@ -294,7 +297,7 @@ def check_html(lines: list[str], note: str = "") -> str:
 
 def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any] | None,
           measured: Measurements | None, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
-          depth: Any, branching: Any, bigram: bool, whole_sweep: bool = False, session: str | None = None,
+          depth: Any, order: str, branching: Any, bigram: bool, whole_sweep: bool = False, session: str | None = None,
           progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> tuple:
     """Run the model at the chosen setting (or, with `whole_sweep`, at every budget of the sweep for the chosen
     method) on the run's prompt, beside autoregressive decoding, and set each measurement beside its estimate.
@@ -308,7 +311,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
     if run.max_new_tokens > limits.max_new_tokens:
         raise gr.Error(f"This run made up to {run.max_new_tokens} new tokens; this server runs at most "
                        f"{limits.max_new_tokens} per run.")
-    settings = settings_from(method, budget, fixed_share, share, rho, depth, branching, bigram)
+    settings = settings_from(method, budget, fixed_share, share, rho, depth, order, branching, bigram)
     if whole_sweep:  # the sweep's own settings: the method at each budget, the shape as the run's
         todo = [(f"{method}, budget {b}", {"method": method, "budget": b}) for b in SWEEP_BUDGETS]
     else:
@@ -373,6 +376,7 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
         share = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="spine share r", elem_id="lab-share")
         rho = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="ρ (branch budget off the spine)", elem_id="lab-rho")
         depth = gr.Slider(1, 10, value=6, step=1, label="branch depth", elem_id="lab-depth")
+        order = gr.Radio(list(ORDERS), value=ORDER_LABELS["best"], label="branches grow", elem_id="lab-order")
         branching = gr.Slider(1, 8, value=3, step=1, label="branching k (balanced)", elem_id="lab-branching")
     verdict = gr.HTML(elem_id="lab-verdict")
     with gr.Row():
@@ -408,13 +412,13 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
             stop_button = gr.Button("Stop", variant="stop", elem_id="lab-stop", scale=1)
         checked = gr.HTML(elem_id="lab-check")
 
-    controls = [lab_run, step, method, budget, fixed_share, share, rho, depth, branching, bigram]
+    controls = [lab_run, step, method, budget, fixed_share, share, rho, depth, order, branching, bigram]
     outputs = [verdict, real_tree, rebuilt_tree, chart]
 
     def pick(name: str, *states: RunRecord | None) -> tuple:
         return open_run(dict(zip(runs, states)).get(name))
 
-    shape = [method, budget, fixed_share, share, rho, depth, branching, bigram]
+    shape = [method, budget, fixed_share, share, rho, depth, order, branching, bigram]
     open_button.click(pick, [source, *runs.values()],
                       [lab_run, status, step, sweep_plot, cost_plot, by_depth, lab_curves, lab_measured, *shape]).then(
         rebuild, controls, outputs, show_progress="hidden")

@@ -131,7 +131,7 @@ def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
 
     Settings: method, budget (the base budget, grown with the step's match confidence as a
     real run grows it; none = the step's own node budget), any GooseConfig shape knob
-    (spine_share, spine_branch_share alias rho, max_branch_depth, branching, use_bigram,
+    (spine_share, spine_branch_share alias rho, max_branch_depth, branch_order, branching, use_bigram,
     min_score, max_budget, spine_tiers); none at all = the step's own tree.
     Bad settings raise ValueError (TypeError for an unknown name).
     """

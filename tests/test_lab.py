@@ -20,7 +20,7 @@ from goose import metrics
 from goose.trace import TRACE_FORMAT, NodeRecord, RunRecord, StepRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
-CONTROLS = ("method", "budget", "fixed_share", "share", "rho", "depth", "branching", "bigram")
+CONTROLS = ("method", "budget", "fixed_share", "share", "rho", "depth", "order", "branching", "bigram")
 SHAPE = 8  # open_run's outputs before the shape controls
 
 
@@ -69,7 +69,7 @@ def test_own_settings_reproduce_the_real_step(run):
     state, status, slider, sweep, costs, depth, curves, measured, *shape = lab.open_run(run)
     assert state is run and f"{len(run.steps)} steps" in status and sweep.data and measured == {}
     assert set(curves) == set(lab.SWEEP_METHODS) and costs.data and depth.data
-    assert shape == ["goose", 0, True, 0.3, 0.5, 6, 2, True], "the controls start at the run's own shape"
+    assert shape == ["goose", 0, True, 0.3, 0.5, 6, "best first", 2, True], "the controls start at the run's own shape"
     for index in range(len(run.steps)):
         verdict, real, rebuilt, chart = rebuild(run, index)
         assert would(verdict)[0] == would(verdict)[1] == run.steps[index].accepted_length
@@ -87,6 +87,21 @@ def test_budget_and_spine_share_change_the_rebuilt_tree(run):
     assert run.steps[index].snapshot.match, "the prompt repeats itself: some step has a context match"
     shares = {rebuild(run, index, budget=4, fixed_share=True, share=s)[2] for s in (0.0, 1.0)}
     assert len(shares) == 2, "a small tree has no spine at share 0, only spine at share 1"
+
+
+def test_the_branch_order_control_rebuilds_the_papers_tree(run):
+    """"breadth-first (the paper)" gives the root its whole share first: some step's tree changes (and the
+    control draws it), every tree within the same budget (12, grown with the match's confidence)."""
+    differ = []
+    for index in range(len(run.steps)):
+        best = goose.what_if(run, index, budget=12)
+        breadth = goose.what_if(run, index, budget=12, branch_order="breadth")
+        assert len(breadth.tree) <= breadth.budget == best.budget
+        if (best.tree.tokens, best.tree.parents) != (breadth.tree.tokens, breadth.tree.parents):
+            differ.append(index)
+    assert differ, "the two orders never built different trees: the control would show nothing"
+    drawn = rebuild(run, differ[0], budget=12, order="breadth-first (the paper)")[2]
+    assert drawn != rebuild(run, differ[0], budget=12)[2]
 
 
 def test_rebuilt_step_marks_the_accepted_path_and_tried_children(run):
