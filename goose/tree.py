@@ -196,7 +196,8 @@ def build_goose_tree(anchor: int, before_anchor: int | None, match: ContextMatch
     root_share = branch_budget - spine_share
     if config.branch_order == "best":
         # rho splits the branch budget between the root's branches and the spine's; within each, best first.
-        # Spine node i is reached when the walk accepts i spine tokens: q^i, q the recent spine acceptance.
+        # The spine node at depth d is reached when the walk accepts d spine tokens: q^d, q the recent
+        # spine acceptance.
         q = min(0.95, max(0.05, spine_acceptance))
         off_root, off_spine = (_BestFirst(tree, adjacency, config, before_anchor) for _ in range(2))
         off_root.offer(0, 1.0)
