@@ -149,8 +149,9 @@ class _BestFirst:
     so the nodes added are the likeliest paths under the table's scores: a confident guess grows deep, a
     doubtful one stops, and a wide root competes with deep branches for the same nodes (measured, MT-Bench
     steps without a context match: 4-6% more tokens per second than breadth-first growth or a balanced tree
-    of the best static shape). Children of a branch node at depth d: at most top_k // d; no branch deeper
-    than max_branch_depth. A seed's spine child is never added twice (`DraftTree.add` refuses it).
+    of the best static shape). Children of a branch node at depth d: at most top_k // d; no node at depth
+    max_branch_depth or deeper offers children, a seed on the spine included (the paper's order still hangs a
+    deep spine node's own children). A seed's spine child is never added twice (`DraftTree.add` refuses it).
     """
 
     def __init__(self, tree: DraftTree, adjacency: AdjacencyTable, config: GooseConfig,
@@ -202,8 +203,8 @@ def build_goose_tree(anchor: int, before_anchor: int | None, match: ContextMatch
         off_root, off_spine = (_BestFirst(tree, adjacency, config, before_anchor) for _ in range(2))
         off_root.offer(0, 1.0)
         off_root.grow(len(tree) + root_share)
-        for i, node in enumerate(spine):
-            off_spine.offer(node, q ** (i + 1))
+        for node in spine:
+            off_spine.offer(node, q ** tree.depths[node])
         off_spine.grow(budget)
         off_root.grow(budget)  # what the spine's rows could not fill
         return tree
