@@ -1,9 +1,10 @@
 """The Lab tab: change a step's tree shape and see at once what it would have accepted (goose.whatif),
 what the whole run would have done, and check that estimate against a real run of the model.
 
-Works on any run recorded with source snapshots (a fresh Explore run, or a
-Replay trace): no model is needed for the estimates, every tree is rebuilt from
-the snapshot and scored against the continuation the step revealed. The device
+Works on any greedy run recorded with its sources (a fresh Explore run, or a
+Replay trace): no model is needed for the estimates, the run is replayed by the
+same decoding loop over its recording (goose.whatif), every tree rebuilt from
+exactly the sources its step had and scored against the recorded continuation. The device
 the run was recorded on shows as its cost curve (seconds per verification pass
 vs tree size) beside the shipped curves of other devices (assets/costs). "Check
 with a real run" runs the model at the chosen setting on the run's prompt and
@@ -27,12 +28,13 @@ from app.models import ModelNotAllowedError, ModelRegistry
 from app.tree_view import tree_iframe, visible_text
 from goose import charts, metrics
 from goose.assets import ASSETS
+from goose.budget import interpolate_cost
+from goose.check import CheckCancelled, run_what_if
 from goose.config import GooseConfig
-from goose.costs import interpolate_cost
 from goose.drafters import METHODS, Balanced, SpineTree
 from goose.model import GooseModel
 from goose.trace import NodeRecord, RunRecord, StepRecord
-from goose.whatif import CheckCancelled, NoSnapshotError, RunWhatIf, WhatIf, run_what_if, sweep, what_if
+from goose.whatif import NoReplayDataError, RunWhatIf, WhatIf, best_budget, sweep, what_if
 
 SWEEP_BUDGETS = (4, 8, 12, 16, 24, 32, 48, 64)
 SWEEP_METHODS = (SpineTree.name, Balanced.name)
@@ -103,10 +105,7 @@ def verdict_html(run: RunRecord, step: StepRecord, result: WhatIf) -> str:
                       f'{html.escape(visible_text(texts.get(token, f"#{token}")))}</span>')
     notes = []
     if result.lower_bound:
-        notes.append("a lower bound: the tree holds all the step revealed, it may have accepted more")
-    if not result.complete:
-        notes.append(f"approximate: the tree needed {result.missing_rows} adjacency row(s) the snapshot did not "
-                     "record (answered as empty)")
+        notes.append("a lower bound: the tree holds the rest of the run, it may have accepted more")
     note = f'<div style="color:#92400e">{html.escape("; ".join(notes))}</div>' if notes else ""
     return (f'<div class="lab-verdict" style="font:15px sans-serif;padding:6px">'
             f'<b>Would have accepted <span class="lab-would">{result.accepted}</span></b> '
@@ -123,11 +122,8 @@ def run_chart(run: RunRecord, result: RunWhatIf) -> go.Figure:
 
 
 def replay_whole(run: RunRecord, settings: dict[str, Any]) -> RunWhatIf:
-    """The whole run replayed at `settings`; the run's own settings replay the recorded run, step for step."""
-    config = GooseConfig.from_dict(run.config)
-    own = (settings.get("method") == run.method and "budget" not in settings
-           and all(getattr(config, name) == value for name, value in settings.items() if name != "method"))
-    return run_what_if(run) if own else run_what_if(run, **settings)
+    """The whole run replayed at `settings` (the run's own settings replay the recorded run, step for step)."""
+    return run_what_if(run, **settings)
 
 
 def estimates(run: RunRecord) -> dict[str, Any] | None:
@@ -135,15 +131,8 @@ def estimates(run: RunRecord) -> dict[str, Any] | None:
     little to replay it whole."""
     try:
         return sweep([run], methods=SWEEP_METHODS, budgets=SWEEP_BUDGETS, spine_shares=())["budget"]
-    except NoSnapshotError:
+    except NoReplayDataError:
         return None
-
-
-def best_budget(points: list[tuple[int, float, float | None]]) -> int | None:
-    """The budget of the highest estimated speed-up (most accepted tokens per second), the smallest of equals;
-    None without costs."""
-    rated = [(speedup, -budget) for budget, _, speedup in points if speedup is not None]
-    return -max(rated)[1] if rated else None
 
 
 def sweep_chart(curves: dict[str, Any] | None, measured: Measurements | None = None) -> go.Figure | None:
@@ -194,8 +183,8 @@ def cannot_rebuild(run: RunRecord | None) -> str:
     """Why the Lab cannot rebuild this run's trees ('' when it can)."""
     if run is None or not run.steps:
         return NO_RUN
-    if not run.has_snapshots:
-        return ("**Cannot rebuild:** this run was recorded without source snapshots, so its trees cannot be "
+    if not run.has_replay_data:
+        return ("**Cannot rebuild:** this run was recorded without its sources, so its trees cannot be "
                 "rebuilt. Generate it again in Explore (the app records them), or record the trace with "
                 "`goose.generate(..., record_sources=True)`.")
     if run.sampling.get("temperature", 0.0):
@@ -237,14 +226,11 @@ def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_s
     settings = settings_from(method, budget, fixed_share, share, rho, depth, order, branching, bigram)
     try:
         result = what_if(run, step.index, **settings)
-    except NoSnapshotError as error:
+    except NoReplayDataError as error:
         return _fail(str(error)), tree_iframe(step, TREE_HEIGHT), tree_iframe(None), None
     except (ValueError, TypeError) as error:
         raise gr.Error(f"These settings cannot be rebuilt: {error}") from error
-    try:
-        chart = run_chart(run, replay_whole(run, settings))
-    except NoSnapshotError:
-        chart = None  # an older trace: its steps rebuild one by one, the whole run does not replay
+    chart = run_chart(run, replay_whole(run, settings))
     rebuilt = tree_iframe(rebuilt_step(run, step, result), TREE_HEIGHT).replace(
         'title="speculation tree', 'title="rebuilt tree', 1)
     return verdict_html(run, step, result), tree_iframe(step, TREE_HEIGHT), rebuilt, chart

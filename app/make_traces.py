@@ -53,7 +53,7 @@ def busy_reason(max_load_per_core: float = MAX_LOAD_PER_CORE, min_share: float =
 
 def record() -> None:
     """Run goose (max 48 new tokens, budget 16) on two shipped example prompts and save their traces, with
-    source snapshots so the Lab can rebuild and replay them; then race the Race tab's methods on the code prompt."""
+    their sources so the Lab can rebuild and replay them; then race the Race tab's methods on the code prompt."""
     model = goose.load_model()
     prompts = {e["label"]: e["prompt"] for e in json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))}
     EXAMPLE_TRACES.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """Goose: training-free speculative decoding with anisotropic (spine) speculation trees."""
 
+from goose.check import run_what_if
 from goose.config import GooseConfig
 from goose.decode import Generation, generate, stream
 from goose.drafters import METHODS, Drafter, DraftState
@@ -9,7 +10,7 @@ from goose.sampling import Sampling
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import DraftTree
 from goose.verify import UnsupportedModelError
-from goose.whatif import RunWhatIf, WhatIf, run_what_if, what_if
+from goose.whatif import RunWhatIf, WhatIf, what_if
 
 __all__ = ["DEFAULT_MODEL", "METHODS", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
            "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepRecord",

@@ -17,33 +17,30 @@ shape and budget with the most expected tokens per second: (1 + accepted) / cost
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from goose.costs import cost_table, interpolate_cost
 from goose.tree import DraftTree
-
-if TYPE_CHECKING:
-    from goose.model import GooseModel
 
 Shape = tuple  # one value per tuned knob, in the tuner's knob order
 Key = tuple[Shape, int]  # (shape, base budget)
 
 
-def accepted_length(tree: DraftTree, greedy: Sequence[int]) -> int:
-    """Draft tokens the greedy walk accepts when the target's continuation starts with `greedy`."""
-    return _walk(tree, greedy)[1]
-
-
-def _walk(tree: DraftTree, greedy: Sequence[int]) -> tuple[int, int]:
-    """The node where the greedy walk along `greedy` stops, and the tokens it accepted on the way."""
-    node, length = 0, 0
-    for token in greedy:
-        child = tree.children[node].get(token)
-        if child is None:
-            break
-        node, length = child, length + 1
-    return node, length
+def interpolate_cost(costs: Mapping[int, float], size: int) -> float:
+    """Cost of a `size`-node pass from the measured grid: linear between grid points, the
+    smallest cost below the grid, the last segment's slope (never falling) above it."""
+    sizes = sorted(costs)
+    if size <= sizes[0]:
+        return costs[sizes[0]]
+    if size >= sizes[-1]:
+        if len(sizes) == 1:
+            return costs[sizes[0]] * size / sizes[0]
+        low, high = sizes[-2], sizes[-1]
+        return costs[high] + max(0.0, (costs[high] - costs[low]) / (high - low)) * (size - high)
+    i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
+    low, high = sizes[i - 1], sizes[i]
+    return costs[low] + (costs[high] - costs[low]) * (size - low) / (high - low)
 
 
 def height_below(tree: DraftTree, node: int) -> int:
@@ -70,7 +67,8 @@ def expected_acceptance(tree: DraftTree, greedy: Sequence[int], mean: float) -> 
     Scoring it as c (the bound) would under-score exactly the bigger trees that
     were not verified, and a tree that is never chosen would never correct it.
     """
-    node, length = _walk(tree, greedy)
+    path = tree.walk(greedy)
+    node, length = (path[-1] if path else 0), len(path)
     if length < len(greedy) or not tree.children[node]:
         return float(length)
     p = mean / (1.0 + mean)
@@ -97,50 +95,6 @@ class _Estimate:
         return (1.0 + self.accepted) / self.cost
 
 
-class CostCalibration:
-    """How much a real step's verification costs over the measured table, per tree size, learnt from the
-    passes the run really verified.
-
-    Why: the table times text chains passed back to back; a real step's pass costs more, and the more the
-    bigger its tree (measured, embedded model, 2-core AMX Xeon, HumanEval: 1 node 1.08x the table, 5 nodes
-    1.2x, 10 nodes 1.3x, 23 nodes 1.4x: flatter rows on rejected branches cost the screened head more, and
-    the walk and the cache's upkeep are not in the table). A tuner that read the table alone picked trees
-    too big. Each grid size keeps a running mean of measured / table over the passes nearest to it (an EMA
-    once it has seen 1 / decay of them); a size in between reads the two nearest sizes seen, linearly, and a
-    size beyond them the nearest one's; no pass seen: 1.
-    """
-
-    def __init__(self, costs: Mapping[int, float], decay: float = 0.05) -> None:
-        self.costs, self.decay = costs, decay
-        self.ratios: dict[int, tuple[float, int]] = {}  # grid size -> (ratio, passes seen)
-
-    def observe(self, nodes: int, seconds: float) -> None:
-        """One real pass of `nodes` nodes took `seconds` (a ratio far off, a disturbed pass, is clipped)."""
-        size = min(self.costs, key=lambda n: abs(n - nodes))
-        ratio = min(3.0, max(0.5, seconds / interpolate_cost(self.costs, nodes)))
-        mean, count = self.ratios.get(size, (ratio, 0))
-        count += 1
-        self.ratios[size] = (mean + max(self.decay, 1.0 / count) * (ratio - mean), count)
-
-    def scale(self, nodes: int) -> float:
-        if not self.ratios:
-            return 1.0
-        sizes = sorted(self.ratios)
-        below = [n for n in sizes if n <= nodes]
-        above = [n for n in sizes if n >= nodes]
-        if not below or not above:
-            return self.ratios[sizes[0] if not below else sizes[-1]][0]
-        low, high = below[-1], above[0]
-        if low == high:
-            return self.ratios[low][0]
-        share = (nodes - low) / (high - low)
-        return self.ratios[low][0] + share * (self.ratios[high][0] - self.ratios[low][0])
-
-    def cost(self, nodes: int) -> float:
-        """The table's cost of a `nodes`-node pass, as real passes have come out against it."""
-        return interpolate_cost(self.costs, nodes) * self.scale(nodes)
-
-
 class BudgetTuner:
     """Picks each step's tree shape and budget from measured costs and counterfactual acceptance.
 
@@ -151,14 +105,14 @@ class BudgetTuner:
     place) near the current best budget: a coordinate-wise search that costs no verification.
     A key competes once it has `min_count` observations (the starting shape's budgets from a
     weak prior). Its cost is that of the trees it really builds (a tree may fall short of its
-    budget, or grow with confidence), read off the measured table as calibrated by the passes really
-    verified (`calibration`, fed by the decoding loop). `pinned` knobs (set by the caller) are never moved.
+    budget, or grow with confidence), read off the measured table: fixed before the run starts, so that the
+    same inputs draft the same trees however busy the machine is. `pinned` knobs (set by the caller) are
+    never moved.
     """
 
     def __init__(self, costs: Mapping[int, float], knobs: Mapping[str, Sequence[Any]] | None = None,
                  start: Mapping[str, Any] | None = None, decay: float = 0.05, min_count: int = 4) -> None:
         self.costs = dict(sorted(costs.items()))
-        self.calibration = CostCalibration(self.costs, decay)  # shared with the situations' tuners
         self.decay, self.min_count = decay, min_count
         self.steps = 0
         self.situations: dict[str, BudgetTuner] = {}
@@ -173,7 +127,6 @@ class BudgetTuner:
             return self
         if name not in self.situations:
             sibling = BudgetTuner(self.costs, decay=self.decay, min_count=self.min_count)
-            sibling.calibration = self.calibration
             sibling.set_knobs(self.knobs, dict(zip(self.knobs, self.start)))
             self.situations[name] = sibling
         return self.situations[name]
@@ -254,15 +207,4 @@ class BudgetTuner:
                 reference = self.estimates.get((self.start, key[1]))
                 estimate = self.estimates[key] = _Estimate(reference.accepted if reference else 0.0, 0.0)
             estimate.update(expected_acceptance(tree, greedy, estimate.accepted),
-                            self.calibration.cost(len(tree)), self.decay)
-
-
-def tuner_for(goose_model: GooseModel, method: str, head: str = "screened", sampled: bool = False) -> BudgetTuner:
-    """One tuner per model, method and LM head (the head changes what a node costs), kept on the model so
-    acceptance carries across runs; sampling has its own (its draws are accepted less often than the
-    argmax): key (method, head), or (method, head, "sampled")."""
-    tuners = goose_model.cache.tuners
-    key = (method, head, "sampled") if sampled else (method, head)
-    if key not in tuners:
-        tuners[key] = BudgetTuner(cost_table(goose_model, head=head))
-    return tuners[key]
+                            interpolate_cost(self.costs, len(tree)), self.decay)

@@ -31,12 +31,13 @@ HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: t
 
 def _generate(args: argparse.Namespace) -> int:
     import goose
-    from goose.decode import Generation, check_request
+    from goose.decode import Generation, check_request, model_target
 
     request = check_request(args.prompt, args.method, args.max_new_tokens, args.budget, stop=args.stop,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                             head=args.head)
-    generation = Generation(goose.load_model(args.model, device=args.device), request)
+    model = goose.load_model(args.model, device=args.device)
+    generation = Generation(model_target(model, request), request)
     for _ in generation:
         pass
     run = generation.run
@@ -112,7 +113,7 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
                             "samples with a per-prompt seed")
     bench.add_argument("--head", default="auto", choices=HEAD_CHOICES, help=HEAD_HELP)
     bench.add_argument("--what-if", action="store_true",
-                       help="also one untimed goose run per prompt with source snapshots: report.html then shows "
+                       help="also one untimed goose run per prompt recorded with its sources: report.html then shows "
                             "counterfactual tau vs budget and vs spine share (goose, balanced), checked against "
                             "the real runs (greedy only)")
     bench.add_argument("--out", default=None, help="output folder (default: bench-out/<suite>-<timestamp>)")

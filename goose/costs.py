@@ -3,13 +3,11 @@
   choose_head   the fastest exact LM head, timed once per model;
   cost_table    seconds of one verification pass per tree size (body + LM head + top-k), measured once per
                 model, device, thread count, head and kind of body linears, and cached on disk;
-  interpolate_cost  the cost of any tree size read off such a table: the one definition, for the budget tuner
-                and the what-if estimates alike.
+(goose.budget.interpolate_cost reads any tree size off such a table.)
 """
 
 from __future__ import annotations
 
-import bisect
 import inspect
 import json
 import os
@@ -27,12 +25,13 @@ from goose.packed import body_linears
 from goose.sources import AdjacencyTable, ContextMatcher
 from goose.tree import BRANCH, DraftTree, build_goose_tree
 from goose.verify import Verifier
+from goose.walk import GreedyWalker
 
 # 1 is the root alone: a plain autoregressive step. Where no tree pays for its extra rows (a steep
 # cost curve, as on a CPU, and drafts that are rarely right) the tuner falls back to it rather than
 # run below the speed of plain decoding.
 BUDGET_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-COST_FORMAT = 4  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears
+COST_FORMAT = 5  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears; 5: real trees
 
 
 def median_seconds(call: Callable[[], object], repeats: int, device: torch.device,
@@ -196,20 +195,25 @@ def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
 @torch.inference_mode()
 def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256,
                   repeats: int = 5, head: str = "screened") -> dict[int, float]:
-    """Median seconds of one tree verification (body + the run's LM head + top-k) per node count."""
+    """Median seconds of one verification step per node count: the tree's forward pass, the greedy walk along
+    it through the run's LM head (with the adjacency table's top-k) and the accepted path kept in the cache.
+
+    Timed on the spine trees a run drafts in real text (`measurement_trees`), not on text chains: a real
+    tree's rejected branches have flatter rows, which cost a screened head more, and the walk and the cache's
+    upkeep are part of every step (measured against text chains, 2-core AMX Xeon: real steps cost 1.08x the
+    chain at 1 node, 1.4x at 23). The tuner reads this table as it is, so that it is fixed before any run."""
     verifier = Verifier(goose_model.model)
-    lm_head = head_for(goose_model, head)
-    # Real text, not random tokens: a screened head's cost depends on how confident the rows are,
-    # and random tokens make every row flat (measured, int8 head: 16 rows 384 ms on random tokens, 149 ms on
-    # text; 2 rows 169 vs 77 ms).
-    text = measurement_text(goose_model, prefix + max(sizes))
-    verifier.forward_chain(text[:prefix])
-    verifier.truncate(prefix)
+    walker = GreedyWalker(head_for(goose_model, head))
+    text = measurement_text(goose_model, prefix + 2 * max(sizes))
+    trees = measurement_trees(goose_model, verifier, text, prefix, sorted(set(sizes)), head)
+
+    def step(tree: DraftTree) -> None:
+        verification, _ = walker.walk(tree, verifier.forward_tree(tree), GooseConfig().top_k)
+        verifier.commit([0, *verification.accepted])
+
     costs = {}
     for n in [sizes[0], *sizes]:  # the first size twice: the first pass warms up
-        chain = text[prefix:prefix + n]
-        costs[n] = median_seconds(lambda: lm_head.greedy(verifier.forward_chain(chain), 10),  # noqa: B023
-                                  repeats, goose_model.model.device,
+        costs[n] = median_seconds(lambda: step(trees[n]), repeats, goose_model.model.device,  # noqa: B023
                                   after=lambda: verifier.truncate(prefix))  # the same prefix for every measurement
     return costs
 
@@ -231,19 +235,3 @@ def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = N
     table = _cached(cache_file or cache_dir() / "verify-costs.json", key,
                     lambda: {str(n): c for n, c in measure_costs(goose_model, head=head).items()})
     return no_dearer_than_bigger({int(n): c for n, c in table.items()})
-
-
-def interpolate_cost(costs: Mapping[int, float], size: int) -> float:
-    """Cost of a `size`-node pass from the measured grid: linear between grid points, the
-    smallest cost below the grid, the last segment's slope (never falling) above it."""
-    sizes = sorted(costs)
-    if size <= sizes[0]:
-        return costs[sizes[0]]
-    if size >= sizes[-1]:
-        if len(sizes) == 1:
-            return costs[sizes[0]] * size / sizes[0]
-        low, high = sizes[-2], sizes[-1]
-        return costs[high] + max(0.0, (costs[high] - costs[low]) / (high - low)) * (size - high)
-    i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
-    low, high = sizes[i - 1], sizes[i]
-    return costs[low] + (costs[high] - costs[low]) * (size - low) / (high - low)

@@ -210,7 +210,7 @@ def goose_generate(model, input_ids: torch.LongTensor, logits_processor: LogitsP
                              f"{len(prompt)} tokens; set max_new_tokens")
         generation = stream(goose_model_for(model), prompt, method, max_new_tokens, budget, head=head,
                             config=goose_config, **_sampling(generation_config, seed), **knobs)
-        generation.eos = _eos_ids(generation_config)  # generate's end-of-sequence ids, not the tokenizer's
+        generation.target.eos = _eos_ids(generation_config)  # generate's end-of-sequence ids, not the tokenizer's
         sequences = _decode(generation, input_ids, max_new_tokens, stopping_criteria or StoppingCriteriaList(),
                             streamer)
     finally:

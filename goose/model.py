@@ -36,15 +36,15 @@ class ModelCache:
 
     heads:       LM head kind -> the head built for this model (goose.head.head_for; a goose.head.FullHead)
     head_choice: the head "auto" runs on this device, timed once (goose.costs.choose_head); None until then
-    tuners:      (method, head) or (method, head, "sampled") -> the goose.budget.BudgetTuner of such runs,
-                 which keeps learning across runs (goose.budget.tuner_for)
+    measured:    runs measured once per model and kept, by what decides them (goose.check.baseline_run: a
+                 greedy autoregressive run is the same every time)
 
     The values' classes live above this module (they import it), so they are named here, not imported.
     """
 
     heads: dict[str, Any] = field(default_factory=dict)
     head_choice: str | None = None
-    tuners: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    measured: dict[tuple, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -2,31 +2,57 @@
 
 A step is one draft-and-verify cycle: the tree (per node its token, text,
 source, parent, depth, score and what the target model chose there), the
-accepted path, the bonus token and the timings, and optionally a snapshot of
-the sources it was drafted from (goose.snapshot). A run is a prompt, a method,
-its steps and its totals. Both round-trip through JSON.
+accepted path, the bonus token and the timings, and, in a recorded run, what a
+replay of it needs (goose.whatif). A run is a prompt, a method, its steps, its
+totals and what it started from. Both round-trip through JSON. This module is the
+bottom of the stack: a trace loads without the model, the head, the costs or the loop.
 
-Format 2 added the snapshots, the texts of the tokens they mention and the
-verification cost table; format 3 the adjacency rows every pass stored (the prefill's
-and each step's, one per node) and the shape the tuner gave each tree, which a whole-run
-replay at other settings needs (goose.replay), and split a step's time after drafting into
-verify_s (the forward pass and the walk) and observe_s (the rest); a format-3 run recorded with a
-shadow budget also holds each step's shadow rows (optional). Formats 1 and 2 still load
-(without them; their verify_s holds all of the step after drafting, observe_s 0).
+Format 2 added source snapshots and the verification cost table; format 3 the adjacency rows every
+pass stored (the prefill's and each step's, one per node) and the shape the tuner gave each tree,
+and split a step's time after drafting into verify_s (the forward pass and the walk) and observe_s
+(the rest); a run recorded with a shadow budget also holds each step's shadow rows. Format 4 drops
+the snapshots (a replay of the run rebuilds every step's sources exactly) and keeps the cost table the
+tuner read, so that a run's trees follow from its record. Older formats still load (a format-2 or -3
+snapshot is ignored; before format 3, verify_s holds all of the step after drafting, observe_s 0).
 """
 
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from goose.snapshot import RowPool, Snapshot
 from goose.sources.adjacency import Row
 
-TRACE_FORMAT = "goose-trace/3"
-READABLE_FORMATS = ("goose-trace/1", "goose-trace/2", TRACE_FORMAT)
+TRACE_FORMAT = "goose-trace/4"
+READABLE_FORMATS = ("goose-trace/1", "goose-trace/2", "goose-trace/3", TRACE_FORMAT)
+
+
+class RowPool:
+    """The adjacency rows of one run, each kept once in JSON: most rows are stored by many passes."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self._index: dict[tuple, int] = {}
+
+    def add(self, row: Row) -> int:
+        """The row's index in the pool (added if new)."""
+        key = tuple(row)
+        if key not in self._index:
+            self._index[key] = len(self.rows)
+            self.rows.append(row)
+        return self._index[key]
+
+    def to_json(self) -> list[list[list]]:
+        """Each row as [ids, scores], scores to float32 precision (9 significant digits)."""
+        return [[[t for t, _ in row], [float(f"{s:.9g}") for _, s in row]] for row in self.rows]
+
+    @staticmethod
+    def from_json(data: list[list[list]]) -> list[Row]:
+        """The rows back, scores exactly as the table held them (float32), whatever rounding JSON did."""
+        return [list(zip(ids, array("f", scores).tolist())) for ids, scores in data]
 
 
 @dataclass
@@ -56,11 +82,11 @@ class NodeRecord:
 @dataclass
 class StepRecord:
     """One speculation step: tree, accepted path (node indices, root excluded), bonus, timings;
-    When the run was recorded with its sources: `snapshot`, the sources the tree was built from;
+    When the run was recorded with its sources:
     `rows`, the adjacency row the pass stored for each node (node order); `shape`, the shape knobs
     the tuner set over the run's config for this tree (empty without a tuner); `shadow`, recorded with a
     shadow budget: (parent, token, row) of each node a bigger tree had beyond this one, verified outside
-    the run (parents numbered after this tree's nodes; goose.decode.check_request).
+    the run (parents numbered after this tree's nodes; goose.decode.Recorder).
 
     Timings: draft_s builds the tree; verify_s is its forward pass and the walk along it; observe_s
     the rest of the step: committing the tokens, the drafter's (and tuner's) learning and the
@@ -76,7 +102,6 @@ class StepRecord:
     verify_s: float
     budget: int
     observe_s: float = 0.0
-    snapshot: Snapshot | None = None
     rows: list[Row] | None = None
     shape: dict[str, Any] | None = None
     shadow: list[tuple[int, int, Row]] | None = None
@@ -101,11 +126,9 @@ class StepRecord:
         return [self.nodes[n].token for n in self.accepted] + [self.bonus_token]
 
     def to_dict(self, pool: RowPool | None = None) -> dict[str, Any]:
-        """JSON-ready; the snapshot's adjacency rows go to `pool` (the run's) when given."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("nodes", "snapshot", "rows", "shadow")}
+        """JSON-ready; the adjacency rows go to `pool` (the run's) when given."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("nodes", "rows", "shadow")}
         data["nodes"] = [asdict(node) for node in self.nodes]
-        data["snapshot"] = self.snapshot.to_dict(pool) if self.snapshot is not None else None
         pool = pool if pool is not None else RowPool()
         if self.rows is not None:
             data["rows"] = [pool.add(row) for row in self.rows]
@@ -116,9 +139,8 @@ class StepRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any], rows: list | None = None) -> StepRecord:
         data = dict(data)
+        data.pop("snapshot", None)  # formats 2 and 3: a replay rebuilds it
         data["nodes"] = [NodeRecord(**node) for node in data["nodes"]]
-        if data.get("snapshot") is not None:
-            data["snapshot"] = Snapshot.from_dict(data["snapshot"], rows)
         if data.get("rows") is not None:
             data["rows"] = [rows[i] for i in data["rows"]]
         if data.get("shadow") is not None:
@@ -148,9 +170,10 @@ class RunTotals:
 class RunRecord:
     """A whole generation: inputs, output, steps and totals.
 
-    token_texts: texts of the token ids the step snapshots mention (to draw rebuilt trees without a tokenizer).
-                 In JSON the snapshots' adjacency rows are pooled under "rows", each row once.
-    costs:       seconds of one verification pass per tree size on the recording device (with snapshots).
+    token_texts: texts of token ids beyond the steps' own (to draw rebuilt trees without a tokenizer).
+                 In JSON the adjacency rows are pooled under "rows", each row once.
+    costs:       seconds of one verification step per tree size on the recording device: the table the budget
+                 tuner read (fixed before the run), or kept for a replay's estimates; {} where neither.
     prefill_rows: the adjacency rows the prefill stored, as (previous, token, row) in order; None when the
                  run was not recorded with its sources (an empty list: recorded, no adjacency table kept).
     prior:       the name of the prior the adjacency table started over (goose.sources.prior), None if none.
@@ -181,13 +204,9 @@ class RunRecord:
         return [step.accepted_length for step in self.steps]
 
     @property
-    def has_snapshots(self) -> bool:
-        return bool(self.steps) and all(step.snapshot is not None for step in self.steps)
-
-    @property
     def has_replay_data(self) -> bool:
         """Recorded with what a whole-run replay needs: every pass's adjacency rows (if it kept a table)
-        and each tree's shape (goose.replay)."""
+        and each tree's shape (goose.whatif)."""
         return self.prefill_rows is not None and bool(self.steps) and all(step.shape is not None
                                                                           for step in self.steps)
 

@@ -80,6 +80,18 @@ class DraftTree:
         """Children of `node` in the order they were drafted (spine child first)."""
         return list(self.children[node].values())
 
+    def walk(self, continuation: Sequence[int]) -> list[int]:
+        """The nodes a greedy walk accepts when the target's continuation starts with `continuation` (root
+        excluded): the longest path from the root that spells a prefix of it. The one walk along a
+        continuation, for the tuner's scores, the replay's verdicts and every what-if."""
+        node, path = 0, []
+        for token in continuation:
+            child = self.children[node].get(token)
+            if child is None:
+                break
+            path.append(node := child)
+        return path
+
     def ancestors(self, node: int) -> list[int]:
         """`node` and its ancestors, root last."""
         path = []

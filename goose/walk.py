@@ -6,7 +6,7 @@ Sampling: goose.sampling's lossless rule for deterministic drafts. Each walker
 also applies the LM head to the verified rows, since what it needs of them
 differs (greedy: exact argmax only; sampling: exact distributions, and only at
 the nodes the walk visits), and hands back the approximate top-k per row that
-refreshes the adjacency table.
+refreshes the adjacency table (beside the verdict: `Walked`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import torch
 
 from goose.head import FullHead, TargetRows
 from goose.sampling import Sampling, Verdict, choose_child, choose_drawn
+from goose.sources.adjacency import Row
 from goose.tree import DraftTree
+
+Walked = tuple["Verification", "torch.return_types.topk | None"]  # the verdict, and each row's top-k for the table
 
 
 @dataclass
@@ -29,15 +32,15 @@ class Verification:
     targets:  per node, the token the target chose after it (its argmax when greedy;
               the sampled or accepted token at visited nodes when sampling, else None).
     verdicts: per tried node, accepted or rejected and why.
-    top:      per row, the target's (approximate) top-k successors for the adjacency table; None when
-              no table is kept.
+    rows:     per node, the adjacency row the target's pass gives its token (its top-k successors, scored);
+              None without a table, and None for a node whose row is unknown (a replay's).
     """
 
     accepted: list[int]
     bonus: int
     targets: list[int | None]
     verdicts: dict[int, Verdict]
-    top: torch.return_types.topk | None
+    rows: list[Row | None] | None = None
 
     def new_tokens(self, tree: DraftTree) -> list[int]:
         """The tokens this step commits: the accepted drafts, then the bonus."""
@@ -56,7 +59,7 @@ class GreedyWalker:
         """After the prefill: the target's next token, from the last prompt row's hidden state [1, hidden]."""
         return int(self.head.greedy(last, 0)[0][0])
 
-    def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
+    def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Walked:
         argmax, top = self.head.greedy(hidden, top_k)
         targets = argmax.tolist()
         verdicts: dict[int, Verdict] = {}
@@ -69,7 +72,7 @@ class GreedyWalker:
                                    Verdict("rejected", None, "the target model predicted another token here"))
             child = tree.children[node].get(target)
             if child is None:
-                return Verification(accepted, target, targets, verdicts, top)
+                return Verification(accepted, target, targets, verdicts), top
             accepted.append(child)
             node = child
 
@@ -104,7 +107,7 @@ class SamplingWalker:
     def first_token(self, last: torch.Tensor) -> int:
         return self._choose(self.head.target_rows(last), 0, [])[1]
 
-    def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Verification:
+    def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Walked:
         rows = self.head.target_rows(hidden)
         top = rows.adjacency_top(top_k) if top_k else None
         targets: list[int | None] = [None] * len(tree)
@@ -117,7 +120,7 @@ class SamplingWalker:
             verdicts.update(tried)
             if child is None:
                 targets[node] = bonus
-                return Verification(accepted, bonus, targets, verdicts, top)
+                return Verification(accepted, bonus, targets, verdicts), top
             targets[node] = tree.tokens[child]
             accepted.append(child)
             node = child

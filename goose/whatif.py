@@ -1,57 +1,344 @@
-"""What if a step, or a whole run, had drafted other trees? Counterfactuals from recorded runs, no model needed.
+"""What if a step, or a whole run, had drafted other trees? Recorded runs replayed, no model needed.
 
-Under greedy decoding a verified step reveals the target's greedy continuation
-(the accepted tokens plus the bonus), and any tree accepts the longest prefix of
-it that is one of its paths (goose.budget.accepted_length). A step recorded with
-`record_sources=True` keeps what its builder read (goose.snapshot), so any other
-tree shape can be rebuilt from exactly the same sources and scored (`what_if`). The count is
-exact unless the rebuilt tree holds the whole revealed continuation (the target's
-choice after the bonus is unknown: then it is a lower bound) or the tree needed
-adjacency rows the snapshot did not record (then the tree itself is uncertain).
+Under greedy decoding the continuation is fixed by the prompt: whatever tree a step
+drafts, the tokens committed are the recorded run's, and a tree accepts the longest
+prefix of the continuation that is one of its paths (DraftTree.walk). So a run at other
+settings is the same decoding loop (goose.decode) with a target that reads the recording
+instead of running the model (`RecordedTarget`): every step builds the tree those settings
+would draft there, walks it along the recorded continuation and advances by accepted + 1.
 
-A whole run at other settings is replayed with its own step boundaries (goose.replay,
-`run_what_if`): tau and passes, an estimated wall time from the run's cost table, and on
-request the real run at those settings beside the estimate (`check=True`). Rates and
-speed-ups are goose.metrics' (pooled over runs).
+What a replayed step is built from, and how exact it is:
+- the context match is a function of the token prefix: exact;
+- the spine-acceptance EMA and the budget tuner follow the replay's own trees, the tuner over
+  the cost table the run recorded: exact;
+- the adjacency table is the replay's own, refreshed after every replayed step with a row per
+  node of its own tree. A node's row is a function of its context (the sequence up to the
+  anchor, then its path), so where a recorded pass verified a node in the same context its row
+  is exact (`PassRows`); the accepted path's always is. Approximated: a node no recorded pass saw
+  in its context (a rejected node of a tree other than the recorded ones) takes its token's
+  latest row the recorded passes before the anchor stored (`LatestRows`), or keeps its old row.
+Replaying the recorded settings therefore rebuilds the recorded run itself, tree for tree: the
+loop is the same, and so is everything it starts from (recorded in the trace).
+
+Estimates: a replay's passes priced by the run's cost table (`estimated_totals`). Running the
+model to check an estimate is measuring, and lives with it (goose.check).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from goose import metrics
-from goose.budget import CostCalibration, accepted_length
+from goose.budget import interpolate_cost
 from goose.config import GooseConfig
-from goose.decode import generate, stream
-from goose.drafters import METHODS, SpineTree
-from goose.model import GooseModel
-from goose.replay import NoReplayDataError, ReplayStep, own_shapes, replay
-from goose.snapshot import RecordedRows
+from goose.decode import Generation, Observer, Request
+from goose.drafters import METHODS, Drafter, DraftState, SpineTree
+from goose.sampling import Sampling
+from goose.sources import AdjacencyTable
+from goose.sources.adjacency import Row
+from goose.sources.prior import find_prior
 from goose.trace import RunRecord, RunTotals, StepRecord
 from goose.tree import DraftTree
+from goose.walk import Verdict, Verification
 
 # Knobs that change the sources themselves (the matcher, the table, the EMA), not the shape built from them:
-# a snapshot cannot answer for them.
+# a recording cannot answer for them.
 SOURCE_SETTINGS = ("ngram_lengths", "max_chain", "long_match", "extend_above", "max_extended_chain", "top_k",
-                   "ema_alpha", "ema_start", "auto_budget")
+                   "ema_alpha", "ema_start", "warm_start")
 ALIASES = {"rho": "spine_branch_share", "branch_depth": "max_branch_depth", "k": "branching"}
 
 
-class NoSnapshotError(ValueError):
-    """The step (or run) was recorded without source snapshots, so it cannot be rebuilt."""
+class NoReplayDataError(ValueError):
+    """The run was recorded without what a replay needs (the adjacency rows of its passes)."""
 
+
+# --- the recorded passes' rows, by context -------------------------------------------------------------
+
+Context = tuple[int, tuple[int, ...]]  # (length of the true sequence it starts with, the path off it)
+
+
+def context_key(sequence: Sequence[int], start: int, path: Sequence[int]) -> Context:
+    """The context a node's row is computed in: sequence[:start] (its tree's anchor last), then its path from
+    the root; canonical, so that equal contexts reached from different anchors get equal keys (the part of
+    the path that follows the sequence moves into the length)."""
+    m = 0
+    while m < len(path) and start + m < len(sequence) and sequence[start + m] == path[m]:
+        m += 1
+    return start + m, tuple(path[m:])
+
+
+def node_paths(parents: Sequence[int], tokens: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each node's tokens from the root's child down to it (the root's: empty); parents come first."""
+    paths: list[tuple[int, ...]] = []
+    for parent, token in zip(parents, tokens):
+        paths.append(() if parent < 0 else (*paths[parent], token))
+    return paths
+
+
+def step_paths(step: StepRecord) -> list[tuple[int, ...]]:
+    """The paths (node_paths) of a recorded step's nodes, then of its shadow nodes (numbered after them)."""
+    paths = node_paths([n.parent for n in step.nodes], [n.token for n in step.nodes])
+    for parent, token, _ in step.shadow or []:
+        paths.append((*paths[parent], token))
+    return paths
+
+
+def anchor_positions(run: RunRecord) -> list[int]:
+    """Each recorded step's position: new tokens committed before it (the prefill commits the first)."""
+    positions, position = [], 1
+    for step in run.steps:
+        positions.append(position)
+        position += len(step.committed)
+    return positions
+
+
+class PassRows:
+    """Every adjacency row the recorded passes computed (their shadow trees' too), by the context it was
+    computed in: exact for any node a replay verifies in the same context."""
+
+    def __init__(self, run: RunRecord) -> None:
+        sequence, length = [*run.prompt_tokens, *run.tokens], len(run.prompt_tokens)
+        self.rows: dict[Context, Row] = {}
+        shadows = []
+        for position, step in zip(anchor_positions(run), run.steps):
+            paths = step_paths(step)
+            for path, row in zip(paths, step.rows):
+                self.rows.setdefault(context_key(sequence, length + position, path), row)
+            shadows.append((position, paths[len(step.nodes):], step.shadow or []))
+        for position, paths, shadow in shadows:  # after every real row: the recorded run replays to itself
+            for path, (_, _, row) in zip(paths, shadow):
+                self.rows.setdefault(context_key(sequence, length + position, path), row)
+
+    def get(self, context: Context) -> Row | None:
+        return self.rows.get(context)
+
+
+class LatestRows:
+    """The adjacency table as the recorded run held it at one position: what a replayed node no recorded
+    pass saw in its context reads (its token's latest recorded row).
+
+    Rows of recorded steps wholly behind the position are stored in `table`; the step the position
+    falls inside (its pass began before the position, its accepted path reaches past it) lies over
+    them in `recent`, without the rows of its path at or after the position. Both store as the
+    recorded table stored; `row` looks up as AdjacencyTable.successors does, with the replay's bigram
+    setting.
+    """
+
+    def __init__(self, run: RunRecord, config: GooseConfig, prior: Mapping[int, Row] | None) -> None:
+        self.use_bigram = config.use_bigram
+        recorded = GooseConfig.from_dict(run.config)
+        self.table = AdjacencyTable.from_config(recorded, prior)
+        self.recent = AdjacencyTable.from_config(recorded)
+        _store(self.table, run.prefill_rows)
+        self._steps = list(zip(anchor_positions(run), run.steps))
+        self._applied = 0  # recorded steps wholly in the table
+
+    @staticmethod
+    def _keyed_rows(step: StepRecord, before_anchor: int | None, keep: Any) -> list[tuple[int | None, int, Row]]:
+        """(previous, token, row) of each node of a recorded step that `keep(node index)` admits, in node order."""
+        nodes = step.nodes
+        return [(nodes[node.parent].token if node.parent >= 0 else before_anchor, node.token, row)
+                for i, (node, row) in enumerate(zip(nodes, step.rows)) if keep(i)]
+
+    @staticmethod
+    def _shadow_keyed_rows(step: StepRecord, sequence: Sequence[int], start: int) -> list[tuple[int | None, int, Row]]:
+        """(previous, token, row) of the step's shadow nodes off the continuation (`start`: the length of the
+        sequence its anchor ends). A shadow node on the continuation may hold the row of a token at or after a
+        later anchor, and is left out."""
+        shadow = step.shadow or []
+        tokens = [node.token for node in step.nodes] + [token for _, token, _ in shadow]
+        paths = step_paths(step)[len(step.nodes):]
+        return [(tokens[parent], token, row) for (parent, token, row), path in zip(shadow, paths)
+                if context_key(sequence, start, path)[1]]
+
+    def at(self, position: int, sequence: list[int], prompt_length: int) -> LatestRows:
+        """Move to `position` (never backwards): the table a replay whose anchor is tokens[position - 1] reads."""
+        def before_anchor(start: int) -> int | None:
+            index = prompt_length + start - 2
+            return sequence[index] if index >= 0 else None
+
+        while self._applied < len(self._steps):
+            start, step = self._steps[self._applied]
+            if start + len(step.committed) > position:
+                break
+            _store(self.table, self._keyed_rows(step, before_anchor(start), lambda i: True))
+            _store(self.table, self._shadow_keyed_rows(step, sequence, prompt_length + start))
+            self._applied += 1
+        self.recent.unigram.clear()
+        self.recent.bigram.clear()
+        if self._applied < len(self._steps):
+            start, step = self._steps[self._applied]
+            if start < position:  # its pass came before; its path at depth >= position - start is still ahead
+                on_path = {0, *step.accepted}
+                ahead = {i for i in on_path if step.nodes[i].depth >= position - start}
+                _store(self.recent, self._keyed_rows(step, before_anchor(start), lambda i: i not in ahead))
+        return self
+
+    def row(self, token: int, previous: int | None = None) -> Row | None:
+        """The row a lookup of `token` (after `previous`) reads, unfiltered; None when none was stored."""
+        pairs = None
+        if self.use_bigram and previous is not None:
+            key = (previous, token)
+            pairs = self.recent.bigram.get(key, self.table.bigram.get(key))
+        if pairs is None:
+            pairs = self.recent.unigram.get(token)
+        return pairs if pairs is not None else self.table.unigram_row(token)
+
+
+def _store(table: AdjacencyTable, keyed_rows: Sequence[tuple[int | None, int, Row]]) -> None:
+    """Store (previous, token, row) triples in `table`, in order."""
+    table.store([token for _, token, _ in keyed_rows], [previous for previous, _, _ in keyed_rows],
+                [row for _, _, row in keyed_rows])
+
+
+# --- the recording as the loop's target --------------------------------------------------------------
+
+def recorded_prior(run: RunRecord, config: GooseConfig) -> Mapping[int, Row] | None:
+    """The rows of the prior the run's table started over, if the replay's `config` starts warm too (else None);
+    NoReplayDataError when that prior is not on this machine."""
+    if run.prior is None or not config.warm_start:
+        return None
+    prior = find_prior(run.model)
+    if prior is None or prior.name != run.prior:
+        raise NoReplayDataError(f"this run's adjacency table started over the prior {run.prior!r}, which is not on "
+                                f"this machine (python -m goose build-prior --model {run.model} builds the model's "
+                                "prior; a rebuilt one must be the same to replay the run)")
+    return prior.rows
+
+
+class RecordedTarget:
+    """A recorded greedy run as the decoding loop's target: verifies a tree by walking it along the recorded
+    continuation, and gives each node the row the recorded passes computed in its context (`PassRows`), else
+    its token's latest recorded row (`LatestRows`)."""
+
+    def __init__(self, run: RunRecord, config: GooseConfig) -> None:
+        self.run = run
+        self.model, self.head = run.model, run.head
+        self.eos = {run.tokens[-1]} if run.stop_reason == "eos" else set()
+        self.tokens = list(run.tokens)
+        self.sequence = [*run.prompt_tokens, *run.tokens]
+        self._prior = recorded_prior(run, config)
+        self._pass_rows = PassRows(run)
+        self._latest = LatestRows(run, config, self._prior)
+        self._texts = dict(run.token_texts)
+        for step in run.steps:
+            self._texts.update((node.token, node.text) for node in step.nodes)
+            self._texts[step.bonus_token] = step.bonus_text
+        self.position = 0  # new tokens committed before the step being verified
+
+    def encode(self, prompt: str) -> list[int]:
+        return list(self.run.prompt_tokens)
+
+    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        pass
+
+    def prior(self) -> tuple[str, Mapping[int, Row]] | None:
+        return (self.run.prior, self._prior) if self._prior is not None else None
+
+    def costs(self) -> dict[int, float]:
+        return dict(self.run.costs)
+
+    def prefill(self, prompt: Sequence[int], table_rows: Sequence[int], table: AdjacencyTable | None
+                ) -> tuple[int, list[Row | None]]:
+        stored = {(previous, token): row for previous, token, row in self.run.prefill_rows or []}
+        by_token = {token: row for _, token, row in self.run.prefill_rows or []}
+        rows = [stored.get((prompt[i - 1] if i else None, prompt[i]), by_token.get(prompt[i])) for i in table_rows]
+        self.position = 1
+        return self.tokens[0], rows
+
+    def verify(self, tree: DraftTree, before_anchor: int | None, table: AdjacencyTable | None) -> Verification:
+        continuation = self.tokens[self.position:]
+        accepted = tree.walk(continuation)
+        # Past the recorded end the target's next token is unknown; the loop stops before it would commit one.
+        bonus = continuation[len(accepted)] if len(accepted) < len(continuation) else -1
+        targets: list[int | None] = [None] * len(tree)
+        verdicts = {}
+        for depth, node in enumerate([0, *accepted]):
+            targets[node] = continuation[depth] if depth < len(continuation) else None
+            for child in tree.child_list(node):
+                verdicts[child] = (Verdict("accepted", None, "") if tree.tokens[child] == targets[node] else
+                                   Verdict("rejected", None, "the target model predicted another token here"))
+        rows = self._rows(tree, before_anchor) if table is not None else None
+        self.position += len(accepted) + 1
+        return Verification(accepted, bonus, targets, verdicts, rows)
+
+    def _rows(self, tree: DraftTree, before_anchor: int | None) -> list[Row | None]:
+        start = len(self.run.prompt_tokens) + self.position  # the anchor's context: sequence[:start]
+        latest = self._latest.at(self.position, self.sequence, len(self.run.prompt_tokens))
+        previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
+        return [self._pass_rows.get(context_key(self.sequence, start, path)) or latest.row(token, before)
+                for before, token, path in zip(previous, tree.tokens, node_paths(tree.parents, tree.tokens))]
+
+    def text(self, tokens: Sequence[int]) -> str:
+        return "".join(self.token_texts(tokens))
+
+    def token_texts(self, tokens: Sequence[int]) -> list[str]:
+        return [self._texts.get(token, "") for token in tokens]
+
+
+def check_replayable(run: RunRecord, method: str) -> None:
+    """NoReplayDataError (a ValueError) unless `run` holds what replaying it under `method` needs."""
+    if run.sampling.get("temperature", 0.0) != 0.0:
+        raise ValueError("a replay needs a greedy run (temperature 0): a sampled run's tokens are one draw, "
+                         "not the continuation every tree is walked along")
+    if not run.has_replay_data:
+        raise NoReplayDataError("this run was recorded without the adjacency rows a replay needs (an older "
+                                "trace, or recorded without them): record it again with "
+                                "goose.generate(..., record_sources=True)")
+    if METHODS[method].uses_adjacency and not METHODS[run.method].uses_adjacency:
+        raise NoReplayDataError(f"the recorded method {run.method!r} kept no adjacency table, so a {method!r} tree "
+                                "cannot be rebuilt from it: record the run with a method that drafts from the table")
+
+
+def replay_generation(run: RunRecord, method: str, config: GooseConfig) -> Generation:
+    """The decoding loop over the recording of `run`, drafting with `method` and `config`: iterate it for the
+    replayed steps (StepRecords, as a real run's)."""
+    check_replayable(run, method)
+    request = Request(tuple(run.prompt_tokens), method, len(run.tokens), config, Sampling(), ())
+    return Generation(RecordedTarget(run, config), request)
+
+
+# --- settings ------------------------------------------------------------------------------------------
+
+def own_setting(run: RunRecord, settings: Mapping[str, Any]) -> bool:
+    """Whether `settings` are the run's own (as resolve_settings reads them): replaying them rebuilds the run."""
+    return resolve_settings(run, settings) == resolve_settings(run, {})
+
+
+def resolve_settings(run: RunRecord, settings: Mapping[str, Any]) -> tuple[str, GooseConfig]:
+    """(method, config) of `settings` over the run's own: the run's own setting where `settings` is empty
+    (the one rule for "the run's own setting"); a fixed budget where it names one. ValueError/TypeError when
+    bad."""
+    settings = {ALIASES.get(name, name): value for name, value in settings.items()}
+    method = settings.pop("method", None) or run.method
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    sources = sorted(set(settings) & set(SOURCE_SETTINGS))
+    if sources:
+        raise ValueError(f"{', '.join(sources)} change(s) the draft sources, not the tree shape: a recording cannot "
+                         "answer for them (run again instead)")
+    budget = settings.pop("budget", None)
+    if budget is not None and budget != "auto":
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"budget must be a whole number of tree nodes >= 1, got {budget!r}")
+        settings.update(budget=budget, auto_budget=False)
+    elif budget == "auto":
+        settings["auto_budget"] = True
+    return method, GooseConfig.from_dict(run.config).with_overrides(**settings)
+
+
+# --- one step ------------------------------------------------------------------------------------------
 
 @dataclass
 class WhatIf:
-    """One step rebuilt under other settings and scored against what the step revealed.
+    """One step rebuilt under other settings and scored against the recorded continuation.
 
     tree:     the rebuilt DraftTree; budget: its node budget.
     accepted: draft tokens the greedy walk accepts (the bonus not counted).
-    revealed: the target's greedy continuation the step revealed (accepted tokens + bonus).
-    lower_bound: the tree holds all of `revealed`, so it may have accepted more.
-    missing_rows: adjacency rows the builder asked for that the snapshot lacks (answered as empty).
+    revealed: the target's greedy continuation from the step on (the rest of the run).
+    lower_bound: the tree holds all of `revealed` (the run ended inside it), so it may have accepted more.
     """
 
     tree: DraftTree
@@ -59,130 +346,104 @@ class WhatIf:
     accepted: int
     revealed: list[int]
     lower_bound: bool
-    missing_rows: int
-
-    @property
-    def complete(self) -> bool:
-        """The tree is the one these settings would have built (no missing row)."""
-        return self.missing_rows == 0
 
     @property
     def exact(self) -> bool:
         """`accepted` equals what a real verification of this settings' tree would accept."""
-        return self.complete and not self.lower_bound
+        return not self.lower_bound
 
     @property
     def accepted_path(self) -> list[int]:
         """Accepted nodes of `tree`, root excluded."""
-        node, path = 0, []
-        for token in self.revealed[:self.accepted]:
-            node = self.tree.children[node][token]
-            path.append(node)
-        return path
+        return self.tree.walk(self.revealed)
 
 
-def resolve_settings(run: RunRecord, settings: dict[str, Any]) -> tuple[str, GooseConfig, int | None]:
-    """(method, config, base budget or None) for `settings` over the run's own; ValueError/TypeError when bad."""
-    settings = {ALIASES.get(name, name): value for name, value in settings.items()}
-    method = settings.pop("method", None) or run.method
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    sources = sorted(set(settings) & set(SOURCE_SETTINGS))
-    if sources:
-        raise ValueError(f"{', '.join(sources)} change(s) the draft sources, not the tree shape: a snapshot cannot "
-                         "answer for them (run again instead)")
-    budget = settings.pop("budget", None)
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-        raise ValueError(f"budget must be a whole number of tree nodes >= 1, got {budget!r}")
-    config = GooseConfig.from_dict(run.config).with_overrides(auto_budget=False, **settings)
-    return method, config, budget
+class _StepAt(Observer):
+    """An observer of a replay at the run's own setting: at step `index`, the tree `drafter` builds from the
+    state the loop drafts that step from (None: the loop's own tree), at the base budget `base` grown as a real
+    run grows it (None: the recorded step's node budget)."""
 
+    def __init__(self, run: RunRecord, index: int, drafter: Drafter | None, base: int | None) -> None:
+        self.index, self.drafter, self.base = index, drafter, base
+        self.recorded_budget = run.steps[index].budget
+        self.result: tuple[DraftTree, int] | None = None
 
-def _step(run: RunRecord, step_index: int) -> StepRecord:
-    if not run.sampling.get("temperature", 0.0) == 0.0:
-        raise ValueError("what-if needs a greedy run (temperature 0): a sampled step reveals a draw, "
-                         "not the target's greedy continuation")
-    if not isinstance(step_index, int) or not 0 <= step_index < len(run.steps):
-        raise ValueError(f"step_index must be a step of this run, 0..{len(run.steps) - 1}, got {step_index!r}")
-    step = run.steps[step_index]
-    if step.snapshot is None:
-        raise NoSnapshotError("this run was recorded without source snapshots, so its trees cannot be rebuilt: "
-                              "record it again with goose.generate(..., record_sources=True)")
-    return step
-
-
-def _rebuild(run: RunRecord, step: StepRecord, method: str, config: GooseConfig, base: int | None) -> WhatIf:
-    snapshot = step.snapshot
-    rows = RecordedRows(snapshot, config)
-    state = snapshot.state(rows)
-    drafter = METHODS[method](config)
-    if base is not None and base > snapshot.max_budget:
-        raise ValueError(f"a budget of {base} nodes exceeds the {snapshot.max_budget} the snapshot was "
-                         "recorded for")
-    budget = step.budget if base is None else drafter.budget(state, base)
-    tree = drafter.build(state, budget)
-    revealed = step.revealed
-    accepted = accepted_length(tree, revealed)
-    return WhatIf(tree, budget, accepted, revealed, accepted == len(revealed), len(rows.missing))
+    def drafted(self, generation: Generation, state: DraftState, tree: DraftTree) -> None:
+        if len(generation.run.steps) != self.index or self.result is not None:
+            return
+        if self.drafter is None:
+            self.result = tree, self.recorded_budget
+            return
+        budget = self.recorded_budget if self.base is None else self.drafter.budget(state, self.base)
+        self.result = self.drafter.build(state, budget), budget
 
 
 def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
-    """Rebuild step `step_index` of `run` under `settings` and score it.
+    """Rebuild step `step_index` of `run` under `settings` and score it against the recorded continuation.
 
+    The step's sources are rebuilt exactly by replaying the run at its own setting up to the step.
     Settings: method, budget (the base budget, grown with the step's match confidence as a
-    real run grows it; none = the step's own node budget), any GooseConfig shape knob
-    (spine_share, spine_branch_share alias rho, max_branch_depth, branch_order, branching, use_bigram,
+    real run grows it; none = the step's own node budget), any GooseConfig shape knob (spine_share,
+    spine_branch_share alias rho, max_branch_depth, branch_order, branching, use_bigram,
     min_score, max_budget, spine_tiers); none at all = the step's own tree.
     Bad settings raise ValueError (TypeError for an unknown name).
     """
-    step = _step(run, step_index)
-    method, config, base = resolve_settings(run, settings)
-    return _rebuild(run, step, method, config, base)
+    if run.sampling.get("temperature", 0.0) != 0.0:
+        raise ValueError("what-if needs a greedy run (temperature 0): a sampled step reveals a draw, "
+                         "not the target's greedy continuation")
+    if isinstance(step_index, bool) or not isinstance(step_index, int) or not 0 <= step_index < len(run.steps):
+        raise ValueError(f"step_index must be a step of this run, 0..{len(run.steps) - 1}, got {step_index!r}")
+    settings = {ALIASES.get(name, name): value for name, value in settings.items()}
+    method, config = resolve_settings(run, settings)
+    check_replayable(run, method)
+    drafter = METHODS[method](config.with_overrides(auto_budget=False)) if settings else None
+    watcher = _StepAt(run, step_index, drafter, settings.get("budget"))
+    generation = replay_generation(run, run.method, GooseConfig.from_dict(run.config))
+    generation.observers.append(watcher)
+    for _ in generation:
+        if watcher.result is not None:
+            break
+    tree, budget = watcher.result
+    revealed = list(run.tokens[anchor_positions(run)[step_index]:])
+    accepted = len(tree.walk(revealed))
+    return WhatIf(tree, budget, accepted, revealed, accepted == len(revealed))
 
+
+# --- a whole run ---------------------------------------------------------------------------------------
 
 @dataclass
-class RealRun:
-    """The model run for real at a what-if's settings on the same prompt, beside the autoregressive baseline.
+class ReplayStep:
+    """One step of a replay. position: new tokens committed before it (its anchor is tokens[position - 1]);
+    budget: its node budget; nodes: its tree's size; accepted: draft tokens the walk accepts."""
 
-    tau, wall_s, tokens_per_s: the real run's (stopwatch from the call); speedup: over the baseline
-    (goose.metrics); same_tokens: it produced the recorded tokens (lossless and deterministic)."""
+    position: int
+    budget: int
+    nodes: int
+    accepted: int
+    step: StepRecord = field(repr=False)
 
-    run: RunRecord
-    baseline: RunRecord
 
-    @property
-    def tau(self) -> float | None:
-        return metrics.tau(self.run.totals)
-
-    @property
-    def wall_s(self) -> float:
-        return self.run.totals.wall_s
-
-    @property
-    def tokens_per_s(self) -> float:
-        return metrics.tokens_per_s(self.run.totals)
-
-    @property
-    def speedup(self) -> float | None:
-        return metrics.speedup(self.run.totals, self.baseline.totals)
-
-    @property
-    def same_tokens(self) -> bool:
-        return metrics.lossless(self.run.tokens, self.baseline.tokens)
+def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int) -> RunTotals:
+    """Totals of a run of `tokens` new tokens whose steps verify trees of `nodes` nodes: the recorded
+    prefill plus each step's cost from the run's cost table (wall 0 without a table)."""
+    passes = 1 + len(nodes)
+    wall = (run.totals.prefill_s or 0.0) + sum(interpolate_cost(run.costs, n) for n in nodes) if run.costs else 0.0
+    totals = RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall, prefill_s=run.totals.prefill_s)
+    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
+    return totals
 
 
 @dataclass
 class RunWhatIf:
-    """A whole run replayed under one setting with its own step boundaries (goose.replay).
+    """A whole run replayed under one setting with its own step boundaries.
 
     steps: the replay's steps; real: the recorded run's accepted length per step.
     totals: the replay's tokens, passes, tau and estimated wall time (the recorded prefill plus each
-            tree's verification cost from the run's cost table, calibrated by the run's own measured
-            steps; 0 without a table);
+            tree's cost from the run's cost table; 0 without a table);
     baseline: the same estimate for autoregressive decoding (one node per pass).
     exact: the replay is what a real run at these settings does, pass for pass (the recorded setting, or
            a method that drafts from the context alone); otherwise the adjacency rows are approximated.
-    measured: the real run at these settings (run_what_if(..., check=True)), or None.
+    measured: the real run at these settings (goose.check), or None.
     """
 
     settings: dict[str, Any]
@@ -193,7 +454,8 @@ class RunWhatIf:
     baseline: RunTotals
     exact: bool
     has_costs: bool
-    measured: RealRun | None = None
+    replayed: RunRecord | None = field(default=None, repr=False)
+    measured: Any = None
 
     @property
     def tokens(self) -> int:
@@ -253,111 +515,23 @@ def relative_error(estimate: float | None, real: float | None) -> float | None:
     return None if share is None else share - 1.0
 
 
-def calibrated_costs(run: RunRecord) -> CostCalibration | None:
-    """The run's cost table calibrated by its own steps' measured verification time, as the tuner calibrates
-    it while decoding (goose.budget.CostCalibration): a real pass costs more than the table's chain of text,
-    by a factor that grows or shrinks with the tree (measured: 73-node steps 354 ms against a table's 289;
-    6-node steps 85 against 93). None without a table."""
-    if not run.costs:
-        return None
-    calibration = CostCalibration(dict(sorted(run.costs.items())))
-    for step in run.steps:
-        if step.verify_s > 0:
-            calibration.observe(len(step.nodes), step.verify_s)
-    return calibration
-
-
-def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int,
-                     costs: CostCalibration | None = None) -> RunTotals:
-    """Totals of a run of `tokens` new tokens whose steps verify trees of `nodes` nodes: the recorded
-    prefill plus each pass's cost from the run's cost table, calibrated by its own steps (`calibrated_costs`;
-    wall 0 without a table)."""
-    passes = 1 + len(nodes)
-    costs = costs or calibrated_costs(run)
-    wall = run.totals.prefill_s + sum(costs.cost(n) for n in nodes) if costs else 0.0
-    totals = RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall, prefill_s=run.totals.prefill_s)
-    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
-    return totals
-
-
-_BASELINES: dict[tuple, RunRecord] = {}  # (model, prompt, tokens, head) -> the autoregressive run, measured once
-
-
-def baseline_run(goose_model: GooseModel, run: RunRecord) -> RunRecord:
-    """The autoregressive run on `run`'s prompt and length with its head: run once per model and kept."""
-    key = (id(goose_model), goose_model.name, tuple(run.prompt_tokens), run.max_new_tokens, run.head)
-    if key not in _BASELINES:
-        _BASELINES[key] = generate(goose_model, run.prompt, metrics.BASELINE, run.max_new_tokens, head=run.head)
-    return _BASELINES[key]
-
-
-class CheckCancelled(RuntimeError):
-    """A check's real run was cancelled before its end (nothing was measured)."""
-
-
-def real_run(goose_model: GooseModel, run: RunRecord, method: str, settings: dict[str, Any],
-             cancel: Callable[[], bool] | None = None) -> RealRun:
-    """Run the model at `settings` over the run's own config on `run`'s prompt: what a replay estimates, measured.
-    `cancel` is asked after every step; when it answers True the run stops and CheckCancelled is raised."""
-    shape = {name: value for name, value in settings.items() if name not in ("method", "budget")}
-    budget = settings.get("budget")
-    if budget is None:
-        budget = "auto" if run.config.get("auto_budget") else run.config.get("budget")
-    baseline = baseline_run(goose_model, run)
-    generation = stream(goose_model, run.prompt, method, run.max_new_tokens, budget, head=run.head,
-                        config=GooseConfig.from_dict(run.config), **shape)
-    for _ in generation:
-        if cancel is not None and cancel():
-            raise CheckCancelled("the check was cancelled before its real run ended")
-    return RealRun(generation.run, baseline)
-
-
-def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None = None,
-                cancel: Callable[[], bool] | None = None, **settings: Any) -> RunWhatIf:
-    """`run` replayed under `settings` (see what_if) with its own step boundaries: tau, passes and an estimated
-    speed from the run's cost table. No settings: the recorded run itself, step for step.
-
-    check=True runs `model` at these settings on the same prompt (and autoregressive decoding once) and
-    keeps the real run in `.measured` beside the estimate (`.tau_error`, `.speedup_error`); `cancel` (asked
-    after every step of it) stops it with CheckCancelled."""
-    if check and model is None:
-        raise ValueError("check=True runs the model: pass model=goose.load_model(...)")
+def replay(run: RunRecord, **settings: Any) -> RunWhatIf:
+    """`run` replayed under `settings` (see what_if; none: the run's own setting, which rebuilds the run itself)
+    with its own step boundaries: tau, passes and an estimated speed from the run's cost table."""
     settings = {ALIASES.get(name, name): value for name, value in settings.items()}
-    method, config, base = resolve_settings(run, settings)
-    own = not settings
-    shapes = own_shapes(run) if own else None
-    try:
-        steps = replay(run, method, config, base, shapes)
-    except NoReplayDataError as error:
-        raise NoSnapshotError(str(error)) from error
+    method, config = resolve_settings(run, settings)
+    generation = replay_generation(run, method, config)
+    steps, position = [], 1
+    for step in generation:
+        steps.append(ReplayStep(position, step.budget, len(step.nodes), step.accepted_length, step))
+        position += len(step.committed)
     tokens = len(run.tokens)  # the replay commits the recorded tokens to the end
-    costs = calibrated_costs(run)
-    result = RunWhatIf(dict(settings), method, steps, run.accepted_lengths,
-                       estimated_totals(run, [step.nodes for step in steps], tokens, costs),
-                       estimated_totals(run, [1] * (tokens - 1), tokens, costs),
-                       exact=own or not METHODS[method].uses_adjacency, has_costs=bool(run.costs))
-    if check:
-        result.measured = real_run(model, run, method, settings, cancel)
-    return result
-
-
-def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balanced"),
-          budgets: Sequence[int] = (4, 8, 16, 24, 32, 48, 64),
-          spine_shares: Sequence[float] = (0.0, 0.15, 0.3, 0.5, 0.75, 1.0)) -> dict[str, Any]:
-    """Replayed tau (and estimated speed-up) vs budget per method, and tau vs spine share for goose,
-    pooled over `runs` (goose.metrics: tokens over passes, tokens/s over the baseline's). Returns
-    {"budget": {method: [(budget, tau, speedup)]}, "spine_share": [(share, tau)]}."""
-    def pooled(**settings: Any) -> tuple[float, float | None]:
-        results = {str(i): run_what_if(run, **settings) for i, run in enumerate(runs)}
-        estimates = {i: Estimated(r.method, r.totals) for i, r in results.items()}
-        baselines = {i: Estimated(metrics.BASELINE, r.baseline) for i, r in results.items()}
-        costs = all(r.has_costs for r in results.values())
-        return (metrics.pooled_tau(estimates.values()) or 0.0,
-                metrics.pooled_speedup(estimates, baselines) if costs else None)
-
-    by_budget = {method: [(b, *pooled(method=method, budget=b)) for b in budgets] for method in methods}
-    by_share = [(share, pooled(method=SpineTree.name, spine_share=share)[0]) for share in spine_shares]
-    return {"budget": by_budget, "spine_share": by_share}
+    return RunWhatIf(dict(settings), method, steps, run.accepted_lengths,
+                     estimated_totals(run, [step.nodes for step in steps], tokens),
+                     estimated_totals(run, [1] * (tokens - 1), tokens),
+                     exact=own_setting(run, settings) or not METHODS[method].uses_adjacency,
+                     has_costs=bool(run.costs),
+                     replayed=generation.run)
 
 
 @dataclass
@@ -370,16 +544,42 @@ class Estimated:
     accepted_lengths: list[int] = field(default_factory=list)
 
 
-# --- checking the replay against real runs ---------------------------------------------------------------
+def pooled(runs: Sequence[RunRecord], **settings: Any) -> tuple[float, float | None]:
+    """The replays of `runs` under `settings`, pooled (goose.metrics): tau (tokens over passes) and the
+    estimated speed-up (tokens/s over the baseline's; None without cost tables)."""
+    results = {str(i): replay(run, **settings) for i, run in enumerate(runs)}
+    estimates = {i: Estimated(r.method, r.totals) for i, r in results.items()}
+    baselines = {i: Estimated(metrics.BASELINE, r.baseline) for i, r in results.items()}
+    costs = all(r.has_costs for r in results.values())
+    return (metrics.pooled_tau(estimates.values()) or 0.0,
+            metrics.pooled_speedup(estimates, baselines) if costs else None)
+
+
+def best_budget(points: Sequence[tuple[int, float, float | None]]) -> int | None:
+    """The budget with the highest estimated speed-up among sweep points (budget, tau, speed-up), the smallest of
+    equals; None without cost estimates. The one rule, for the library, the bench and the Lab."""
+    rated = [(speedup, -budget) for budget, _, speedup in points if speedup is not None]
+    return -max(rated)[1] if rated else None
+
+
+def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balanced"),
+          budgets: Sequence[int] = (4, 8, 16, 24, 32, 48, 64),
+          spine_shares: Sequence[float] = (0.0, 0.15, 0.3, 0.5, 0.75, 1.0)) -> dict[str, Any]:
+    """Replayed tau (and estimated speed-up) vs budget per method, and tau vs spine share for goose,
+    pooled over `runs`. Returns {"budget": {method: [(budget, tau, speedup)]}, "spine_share": [(share, tau)]}."""
+    by_budget = {method: [(b, *pooled(runs, method=method, budget=b)) for b in budgets] for method in methods}
+    by_share = [(share, pooled(runs, method=SpineTree.name, spine_share=share)[0]) for share in spine_shares]
+    return {"budget": by_budget, "spine_share": by_share}
+
 
 def agreement(traces: Sequence[RunRecord], real_tau: dict[str, float], budget: int | None) -> list[list[str]]:
-    """Per method run for real: the replayed tau beside the real pooled tau. With an auto budget the replay
-    takes each position's budget from the recorded step that holds it."""
+    """Per method run for real: the replayed tau beside the real pooled tau (budget None: each replay tunes its
+    own, as the real runs did)."""
     rows = []
     for method, tau in real_tau.items():
-        settings = {"method": method} if budget is None else {"method": method, "budget": budget}
-        results = [Estimated(method, run_what_if(run, **settings).totals) for run in traces]
+        settings = {"method": method, "budget": "auto" if budget is None else budget}
+        results = [Estimated(method, replay(run, **settings).totals) for run in traces]
         estimate = metrics.pooled_tau(results) or 0.0
-        rows.append([method, str(budget or "each step's own"), f"{estimate:.3f}", f"{tau:.3f}",
+        rows.append([method, str(budget or "auto"), f"{estimate:.3f}", f"{tau:.3f}",
                      f"{100 * (estimate - tau) / tau:+.1f} %"])
     return rows

@@ -8,7 +8,7 @@ from tiny import tiny_llama
 import goose
 from goose import budget as budget_module
 from goose.budget import BudgetTuner, expected_acceptance, height_below, tuner_for
-from goose.costs import interpolate_cost
+from goose.budget import interpolate_cost
 from goose.drafters import DraftState, SpineTree
 from goose.sources import ContextMatch
 from goose.tree import DraftTree

@@ -12,7 +12,8 @@ import torch
 from tiny import tiny_llama
 
 from goose import costs as costs_module
-from goose.costs import cost_table, interpolate_cost
+from goose.budget import interpolate_cost
+from goose.costs import cost_table
 
 
 def test_the_cost_grid_holds_the_autoregressive_step():

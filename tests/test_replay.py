@@ -10,7 +10,7 @@ import pytest
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.costs import interpolate_cost
+from goose.budget import interpolate_cost
 from goose.replay import RecordedRows, ReplayTable, anchor_positions, context_key, node_paths
 from goose.trace import RunRecord
 from goose.whatif import CheckCancelled, NoSnapshotError, baseline_run, run_what_if

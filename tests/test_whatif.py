@@ -50,7 +50,7 @@ def real_accepted(goose_model, run: RunRecord, trees: dict[int, list[goose.Draft
         verifier.truncate(len(prefix))
         accepted[step.index] = []
         for tree in trees.get(step.index, []):
-            verification = walker.walk(tree, verifier.forward_tree(tree), 0)
+            verification, _ = walker.walk(tree, verifier.forward_tree(tree), 0)
             verifier.truncate(len(prefix))
             accepted[step.index].append(len(verification.accepted))
         before += len(step.committed)

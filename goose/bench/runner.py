@@ -26,11 +26,12 @@ from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
-from goose.decode import METHODS, eos_ids, generate
+from goose.decode import METHODS, generate
 from goose.head import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.packed import body_linears
+from goose.target import eos_ids
 from goose.trace import RunRecord, RunTotals
 
 HF_GENERATE = metrics.OUTSIDE_BASELINE  # transformers' own greedy generate: what users would otherwise run
@@ -38,7 +39,7 @@ HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside refere
 HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, transformers' documented default
 HF_METHODS = {HF_GENERATE: {}, HF_PLD: {"prompt_lookup_num_tokens": HF_PLD_TOKENS}}  # extra generate() arguments
 WARMUP_TOKENS = 8
-WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one snapshot trace of goose per prompt (--what-if)
+WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one recorded trace of goose per prompt (--what-if)
 
 
 def bench_methods() -> tuple[str, ...]:
@@ -58,7 +59,7 @@ class BenchSettings:
     model: str | None = None
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
-    what_if: bool = False  # also one untimed goose run per prompt with source snapshots, for the what-if curves
+    what_if: bool = False  # also one untimed goose run per prompt recorded with its sources, for the what-if curves
     head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.head.HEAD_CHOICES)
 
     def __post_init__(self) -> None:

@@ -3,7 +3,7 @@ real runs at those settings, so that every estimate is shown with its measured e
 
 Per prompt: one goose run at the bench's settings recorded with its sources (saved for the
 report's curves), then for every setting of `WHAT_IF_SETTINGS` the replay's tau and estimated
-speed-up (goose.whatif.run_what_if) and a real run at that setting, against the autoregressive run
+speed-up (goose.check.run_what_if) and a real run at that setting, against the autoregressive run
 (run once per prompt). Errors are pooled as goose.metrics pools: tokens over passes, tokens/s
 over the baseline's tokens/s.
 """
@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from goose import metrics
+from goose.check import run_what_if
 from goose.decode import generate
 from goose.drafters import Balanced, SpineTree
 from goose.model import GooseModel
 from goose.trace import RunTotals
-from goose.whatif import Estimated, relative_error, run_what_if
+from goose.whatif import Estimated, relative_error
 
 # The settings the check replays and runs: budgets, the spine's two extremes, the isotropic control.
 WHAT_IF_SETTINGS: tuple[dict[str, Any], ...] = (
@@ -58,12 +59,11 @@ class CheckRow:
 
 def check_prompt(goose_model: GooseModel, prompt_id: str, text: str, max_new_tokens: int, head: str,
                  folder: Path, settings_grid: Sequence[dict[str, Any]] = WHAT_IF_SETTINGS,
-                 budget: int | None = None) -> list[CheckRow]:
-    """Record goose on `text` (at `budget`, auto by default; saved under `folder`), with a shadow tree of the
-    grid's biggest budget (rows for the replays' own rejected nodes), replay it at every setting and run each
-    for real."""
+                 budget: int | None = None, shadow: int = 0) -> list[CheckRow]:
+    """Record goose on `text` (at `budget`, auto by default; saved under `folder`) as the app's Explore records it,
+    or with a shadow tree of `shadow` nodes (rows for the replays' own rejected nodes: goose.decode.Recorder),
+    replay it at every setting and run each for real."""
     folder.mkdir(parents=True, exist_ok=True)
-    shadow = max(settings.get("budget", 0) for settings in settings_grid)
     recorded = generate(goose_model, text, SpineTree.name, max_new_tokens, budget, record_sources=True, head=head,
                         shadow_budget=shadow)
     recorded.save(folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', prompt_id)}.json")
@@ -144,6 +144,8 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     parser.add_argument("--head", default="auto")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shadow-budget", type=int, default=0,
+                        help="record a shadow tree of this many nodes at every step (default 0: as Explore records)")
     parser.add_argument("--out", type=Path, default=Path("bench-out/what-if-check"),
                         help="folder of what-if-check.jsonl and the recorded traces (a rerun resumes it)")
 
@@ -168,7 +170,8 @@ def run_check(args: argparse.Namespace) -> int:
             if prompt.id in done:
                 continue
             text = format_prompt(goose_model.tokenizer, prompt)
-            rows = check_prompt(goose_model, prompt.id, text, args.max_new_tokens, args.head, args.out / "traces")
+            rows = check_prompt(goose_model, prompt.id, text, args.max_new_tokens, args.head, args.out / "traces",
+                                shadow=args.shadow_budget)
             append_rows(path, rows)
             print(prompt.id, " ".join(f"{r.setting}: {r.estimated_passes}/{r.real_passes}" for r in rows), flush=True)
     print(markdown_table(summarize_checks(load_rows(path))))

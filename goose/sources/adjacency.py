@@ -63,9 +63,12 @@ class AdjacencyTable:
         scores = torch.softmax(top_logits[:, :self.top_k].float(), dim=-1).cpu().tolist()
         return [list(zip(i, s)) for i, s in zip(ids, scores)]
 
-    def store(self, tokens: Sequence[int], previous: Sequence[int | None], rows: Sequence[Row]) -> None:
-        """Overwrite the rows of `tokens` (in order: a later occurrence wins) with `rows`."""
+    def store(self, tokens: Sequence[int], previous: Sequence[int | None], rows: Sequence[Row | None]) -> None:
+        """Overwrite the rows of `tokens` (in order: a later occurrence wins) with `rows`; a None row (unknown,
+        in a replay) leaves the token's row as it was."""
         for token, before, pairs in zip(tokens, previous, rows):
+            if pairs is None:
+                continue
             self.unigram[int(token)] = pairs
             if self.use_bigram and before is not None:
                 self.bigram[(int(before), int(token))] = pairs
