@@ -9,8 +9,8 @@ the rates along its path, and by linearity of expectation
     expected accepted length of a tree = sum over its non-root nodes of their reach.
 
 Best first is exact. Every rate is at most 1, so a child's reach is at most its parent's. Let S be the
-tree built so far and n the likeliest slot on its frontier (a slot outside S whose parent is in S). Any
-slot m outside S has an ancestor a on the frontier (m's highest ancestor outside S), and
+tree built so far and n the likeliest slot on its frontier (a slot outside S whose parent is in S). For any
+slot m outside S, m or an ancestor of it is on the frontier (the highest one outside S; call it a), and
 reach(m) <= reach(a) <= reach(n). So each pick is the likeliest slot left anywhere, and after B - 1 picks
 the tree holds B - 1 slots of the largest reach there are: no B-node tree, closed under parents or not,
 sums to more. Ties change the tree, never its value; they go to the slot offered first (older parent
@@ -23,24 +23,33 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from goose.tree import BRANCH, ROOT, SPINE
 
 BUDGET_AXIS, GAP_AXIS = "budget", "quality gap"  # what a Curves' x holds
 
 
-@dataclass(frozen=True)
+@dataclass
 class RateTree:
     """A tree of draft slots, root first, parents before children, scored under the rate model."""
 
-    parents: list[int]
-    sources: list[str]  # ROOT, SPINE or BRANCH (goose.tree)
-    ranks: list[int]    # a recycled successor's rank (1 = the table's top one); 0 for the root and spine nodes
-    reach: list[float]  # the chance the walk accepts the node: the product of the rates along its path
+    parents: list[int] = field(default_factory=lambda: [-1])
+    sources: list[str] = field(default_factory=lambda: [ROOT])  # ROOT, SPINE or BRANCH (goose.tree)
+    # a recycled successor's rank (1: the table's top one); 0 for the root and spine nodes
+    ranks: list[int] = field(default_factory=lambda: [0])
+    # the chance that the walk accepts the node: the product of the rates along its path
+    reach: list[float] = field(default_factory=lambda: [1.0])
 
     def __len__(self) -> int:
         return len(self.parents)
+
+    def add(self, parent: int, source: str, rank: int, reach: float) -> int:
+        self.parents.append(parent)
+        self.sources.append(source)
+        self.ranks.append(rank)
+        self.reach.append(reach)
+        return len(self.parents) - 1
 
     @property
     def expected_accepted(self) -> float:
@@ -55,30 +64,13 @@ class RateTree:
         return depths
 
 
-@dataclass(frozen=True)
+@dataclass
 class OptimalTree(RateTree):
     """The optimal tree, beside the best tree of each source alone at the same budget."""
 
-    balanced: RateTree  # the best balanced k-ary tree of recycled successors
-    balanced_k: int     # its k (0 when there are no branch rates)
-    chain: RateTree     # the spine chain alone
-
-
-class _Builder:
-    """Grows a RateTree slot by slot."""
-
-    def __init__(self) -> None:
-        self.parents, self.sources, self.ranks, self.reach = [-1], [ROOT], [0], [1.0]
-
-    def add(self, parent: int, source: str, rank: int, reach: float) -> int:
-        self.parents.append(parent)
-        self.sources.append(source)
-        self.ranks.append(rank)
-        self.reach.append(reach)
-        return len(self.parents) - 1
-
-    def tree(self) -> RateTree:
-        return RateTree(self.parents, self.sources, self.ranks, self.reach)
+    balanced: RateTree = field(default_factory=RateTree)  # the best balanced k-ary tree of recycled successors
+    balanced_k: int = 0                                    # its k (0 when there are no branch rates)
+    chain: RateTree = field(default_factory=RateTree)     # the spine chain alone
 
 
 def _check(budget: int, spine: Sequence[float], branch: Sequence[float]) -> None:
@@ -91,7 +83,7 @@ def _check(budget: int, spine: Sequence[float], branch: Sequence[float]) -> None
 
 def _best_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> RateTree:
     """Best first on reach (the module's docstring proves it optimal)."""
-    tree, depths = _Builder(), [0]
+    tree, depths = RateTree(), [0]
     slots: list[tuple[float, int, int, str, int]] = []  # a heap of (-reach, offer order, parent, source, rank)
     offered = 0
 
@@ -111,36 +103,36 @@ def _best_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> 
         negative_reach, _, parent, source, rank = heapq.heappop(slots)
         depths.append(depths[parent] + 1)
         offer(tree.add(parent, source, rank, -negative_reach))
-    return tree.tree()
+    return tree
 
 
 def chain_tree(budget: int, spine: Sequence[float]) -> RateTree:
     """The spine chain alone (prompt lookup): as deep as the budget and the match allow."""
-    tree = _Builder()
+    tree = RateTree()
     for rate in spine[:budget - 1]:
         reach = tree.reach[-1] * rate
         if reach == 0.0:
             break
         tree.add(len(tree.parents) - 1, SPINE, 0, reach)
-    return tree.tree()
+    return tree
 
 
 def balanced_tree(budget: int, branch: Sequence[float], k: int) -> RateTree:
     """The k-ary tree of recycled successors (ranks 1..k under every node) filled breadth first until the
     budget is spent, as goose.tree.build_balanced_tree fills it. Its depth follows from k and the budget."""
-    tree, node = _Builder(), 0
+    tree, node = RateTree(), 0
     while node < len(tree.parents) and len(tree.parents) < budget:
         for j, rate in enumerate(branch[:k]):
             reach = tree.reach[node] * rate
             if reach > 0.0 and len(tree.parents) < budget:
                 tree.add(node, BRANCH, j + 1, reach)
         node += 1
-    return tree.tree()
+    return tree
 
 
 def best_balanced_tree(budget: int, branch: Sequence[float]) -> tuple[RateTree, int]:
     """The balanced tree of the best k (the smallest on ties) at this budget, and that k."""
-    best, best_k = _Builder().tree(), 0
+    best, best_k = RateTree(), 0
     for k in range(1, len(branch) + 1):
         tree = balanced_tree(budget, branch, k)
         if tree.expected_accepted > best.expected_accepted:
