@@ -174,10 +174,17 @@ def budget_curves(budgets: Iterable[int], spine: Sequence[float], branch: Sequen
     return _curves(BUDGET_AXIS, ((b, optimal_tree(b, spine, branch)) for b in budgets))
 
 
-def gap_curves(gaps: Iterable[float], budget: int, spine: Sequence[float], branch: Sequence[float]) -> Curves:
-    """Expected accepted length against the quality gap spine[0] / branch[0], at one budget: the spine's
-    rates stay, the branch rates are scaled (their decay over ranks kept) to give each gap."""
+def rates_at_gap(gap: float, spine: Sequence[float], branch: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The rates scaled to a quality gap spine[0] / branch[0]: each source's shape over depth and rank kept, and
+    spine[0] + sum(branch), the chance that some child of the root is accepted. So a gap moves acceptance from
+    one source to the other and makes no tree likelier overall."""
     if not spine or not branch or spine[0] == 0.0 or branch[0] == 0.0:
         raise ValueError("a quality gap needs a first spine rate and a first branch rate above 0")
-    return _curves(GAP_AXIS, ((gap, optimal_tree(budget, spine, [r * spine[0] / (gap * branch[0])
-                                                                      for r in branch])) for gap in gaps))
+    branch_scale = (spine[0] + math.fsum(branch)) / (gap * branch[0] + math.fsum(branch))
+    spine_scale = gap * branch[0] * branch_scale / spine[0]  # spine[0] after = gap * branch[0] after
+    return [r * spine_scale for r in spine], [r * branch_scale for r in branch]
+
+
+def gap_curves(gaps: Iterable[float], budget: int, spine: Sequence[float], branch: Sequence[float]) -> Curves:
+    """Expected accepted length against the quality gap, at one budget (rates_at_gap)."""
+    return _curves(GAP_AXIS, ((gap, optimal_tree(budget, *rates_at_gap(gap, spine, branch))) for gap in gaps))

@@ -18,13 +18,15 @@ from goose.optimal import (
     chain_tree,
     gap_curves,
     optimal_tree,
+    rates_at_gap,
 )
 from goose.tree import BRANCH, ROOT, SPINE
 
 MAX_NODES = 7
 MAX_RANKS = 3
-SIX_X_SPINE = [0.8] * 64
-SIX_X_BRANCH = [0.13 * 0.6**j for j in range(10)]  # 0.8 / 0.13: a quality gap of about 6x
+# a quality gap of 6x (0.72 / 0.12), the paper's median; a spine node's children's rates add up to 0.96 <= 1
+SIX_X_SPINE = [0.72] * 64
+SIX_X_BRANCH = [0.12 * 0.5**j for j in range(10)]
 
 
 def slot_children(path: tuple) -> list[tuple]:
@@ -132,7 +134,7 @@ def test_six_x_gap_gives_a_spine_with_branches_never_worse_than_either_alone():
             on_spine = sum(tree.sources[tree.parents[n]] == SPINE for n in range(1, len(tree))
                            if tree.sources[n] == BRANCH)
             assert spine_depth >= 10 and branch_depth <= 2 and on_spine >= 3  # deep and narrow; short and wide
-    assert tree.expected_accepted > 1.3 * tree.chain.expected_accepted
+    assert tree.expected_accepted > 1.25 * tree.chain.expected_accepted
     assert tree.expected_accepted > 10 * tree.balanced.expected_accepted
 
 
@@ -168,18 +170,21 @@ def test_curves_hold_each_budgets_trees():
     assert curves.axis == BUDGET_AXIS and curves.x == [1, 4, 32]
     tree = optimal_tree(32, SIX_X_SPINE, SIX_X_BRANCH)
     assert curves.optimal[-1] == tree.expected_accepted and curves.balanced[-1] == tree.balanced.expected_accepted
-    assert curves.chain == pytest.approx([0.0, 0.8 + 0.64 + 0.512, tree.chain.expected_accepted])
+    assert curves.chain == pytest.approx([0.0, 0.72 + 0.72**2 + 0.72**3, tree.chain.expected_accepted])
 
 
-def test_gap_curves_scale_the_branch_rates_to_each_gap():
-    curves = gap_curves([1.0, 2.0, 6.0], 2, [0.6], [0.3, 0.15])
+def test_gap_curves_split_the_same_acceptance_at_each_gap():
+    spine, branch = rates_at_gap(6.0, [0.6, 0.3], [0.2, 0.1])  # from 3x to 6x; 0.6 + 0.2 + 0.1 = 0.9 kept
+    assert spine + branch == pytest.approx([0.72, 0.36, 0.12, 0.06])
+    curves = gap_curves([1.0, 2.0], 2, [0.6], [0.3])  # 0.6 + 0.3 = 0.9 at every gap
     assert curves.axis == GAP_AXIS
-    assert curves.balanced == pytest.approx([0.6, 0.3, 0.1])  # budget 2: the rank-1 successor alone
-    assert curves.chain == [0.6] * 3
-    wide = gap_curves([1.0, 18.0], 32, SIX_X_SPINE, SIX_X_BRANCH)
-    assert wide.optimal[0] > wide.optimal[1] >= wide.chain[1]  # a smaller gap: better branches
+    assert curves.chain == pytest.approx([0.45, 0.6])  # budget 2: the spine's first token alone
+    assert curves.balanced == pytest.approx([0.45, 0.3])  # ... or the top successor alone
+    wide = gap_curves([2.0, 18.0], 32, SIX_X_SPINE, SIX_X_BRANCH)
+    assert wide.chain[0] < wide.chain[1] and wide.balanced[0] > wide.balanced[1]
+    assert wide.optimal[0] >= max(wide.chain[0], wide.balanced[0])
     with pytest.raises(ValueError):
-        gap_curves([2.0], 8, [0.6], [0.0])
+        rates_at_gap(2.0, [0.6], [0.0])
 
 
 @pytest.mark.parametrize("budget, spine, branch", [(0, [0.5], [0.5]), (4, [1.5], []), (4, [], [-0.1])])
