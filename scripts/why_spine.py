@@ -36,7 +36,7 @@ def shape(budget: int, spine: list[float], branch: list[float]) -> str:
     hung = [tree.sources[tree.parents[n]] for n in range(len(tree)) if tree.sources[n] == BRANCH]
     if not hung:
         return f"the spine alone, {spine_depth} deep"
-    return (f"spine {spine_depth} deep; {hung.count('root')} branches off the root, {hung.count(SPINE)} off the "
+    return (f"spine {spine_depth} deep; branches: {hung.count('root')} off the root, {hung.count(SPINE)} off the "
             f"spine, {hung.count(BRANCH)} deeper")
 
 
