@@ -6,6 +6,7 @@ from goose.decode import Generation, generate, stream
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.hf_generate import goose_generate, goose_model_for
 from goose.model import DEFAULT_MODEL, GooseModel, ModelLoadError, load_model
+from goose.optimal import optimal_tree
 from goose.sampling import Sampling
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import DraftTree
@@ -15,4 +16,4 @@ from goose.whatif import RunWhatIf, WhatIf, what_if
 __all__ = ["DEFAULT_MODEL", "METHODS", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
            "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepRecord",
            "UnsupportedModelError", "WhatIf", "generate", "goose_generate", "goose_model_for", "load_model",
-           "run_what_if", "stream", "what_if"]
+           "optimal_tree", "run_what_if", "stream", "what_if"]

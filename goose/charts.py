@@ -3,7 +3,7 @@
 The metric charts take `MethodMetrics` (goose.metrics), keep the methods in the
 order given and colour each method and each draft source the same way
 everywhere. A race is a suite of one prompt, so the same charts serve both.
-The what-if charts draw goose.whatif's counterfactual curves.
+The what-if charts draw goose.whatif's counterfactual curves, the expected-length chart goose.optimal's.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from goose.metrics import BASELINE, MethodMetrics
+from goose.optimal import BUDGET_AXIS, GAP_AXIS, Curves
 from goose.tree import BRANCH, ROOT, SPINE
 
 METHOD_COLOURS = {"autoregressive": "#6b7280", "pld": "#a855f7", "recycling": "#06b6d4", "balanced": "#3b82f6",
@@ -245,3 +246,22 @@ def what_if_charts(curves: Mapping[str, Any], title: str) -> list[go.Figure]:
     """The bench report's what-if charts from goose.whatif.sweep's curves."""
     return [budget_sweep_chart(curves["budget"], f"{title}: counterfactual τ and estimated speed-up vs budget"),
             spine_share_chart(curves["spine_share"], f"{title}: counterfactual τ vs spine share r (goose)")]
+
+
+MODEL_TREES = {"optimal": ("optimal tree", "goose"), "balanced": ("best balanced tree", "balanced"),
+               "chain": ("spine chain alone", "pld")}  # goose.optimal's trees: label, and whose colour
+AXIS_TITLES = {BUDGET_AXIS: "node budget (root included)",
+               GAP_AXIS: "quality gap (spine rate / branch rate at depth 1)"}
+
+
+def expected_length_chart(curves: Curves, title: str = "") -> go.Figure:
+    """Expected accepted tokens per step of the optimal tree, the best balanced tree and the chain under the
+    rate model (goose.optimal's budget_curves or gap_curves)."""
+    figure = go.Figure()
+    for name, (label, method) in MODEL_TREES.items():
+        figure.add_trace(go.Scatter(x=list(curves.x), y=list(getattr(curves, name)), name=label, mode="lines+markers",
+                                    line={"color": method_colour(method)},
+                                    hovertemplate=f"{curves.axis} %{{x}}: %{{y:.2f}} tokens"))
+    figure.update_layout(xaxis_title=AXIS_TITLES[curves.axis], xaxis_ticksuffix="x" if curves.axis == GAP_AXIS else "")
+    return _style(figure, title or f"Expected accepted tokens per step vs {curves.axis}", "expected accepted tokens",
+                  legend=True)

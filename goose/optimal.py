@@ -1,0 +1,190 @@
+"""The optimal draft tree under the paper's rate model, and why it is a spine (docs/METHOD.md, "Why a spine").
+
+The model: a context-match token at depth d is accepted, given its parent was, with probability
+spine[d-1]; a recycled successor of rank j + 1 with probability branch[j], under every parent. A spine
+child exists only under the root or a spine node (the match is one continuation); recycled children of
+every rank under every node. A node is accepted when its whole path is, so its *reach* is the product of
+the rates along its path, and by linearity of expectation
+
+    expected accepted length of a tree = sum over its non-root nodes of their reach.
+
+Best first is exact. Every rate is at most 1, so a child's reach is at most its parent's. Let S be the
+tree built so far and n the likeliest slot on its frontier (a slot outside S whose parent is in S). For any
+slot m outside S, m or an ancestor of it is on the frontier (the highest one outside S; call it a), and
+reach(m) <= reach(a) <= reach(n). So each pick is the likeliest slot left anywhere, and after B - 1 picks
+the tree holds B - 1 slots of the largest reach there are: no B-node tree, closed under parents or not,
+sums to more. Ties change the tree, never its value; they go to the slot offered first (older parent
+first, and under one parent the spine child, then ranks in order). A slot of reach 0 adds nothing and is
+not drafted, so a tree may hold fewer than B nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from goose.tree import BRANCH, ROOT, SPINE
+
+BUDGET_AXIS, GAP_AXIS = "budget", "quality gap"  # what a Curves' x holds
+
+
+@dataclass
+class RateTree:
+    """A tree of draft slots, root first, parents before children, scored under the rate model."""
+
+    parents: list[int] = field(default_factory=lambda: [-1])
+    sources: list[str] = field(default_factory=lambda: [ROOT])  # ROOT, SPINE or BRANCH (goose.tree)
+    # a recycled successor's rank (1: the table's top one); 0 for the root and spine nodes
+    ranks: list[int] = field(default_factory=lambda: [0])
+    # the chance that the walk accepts the node: the product of the rates along its path
+    reach: list[float] = field(default_factory=lambda: [1.0])
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def add(self, parent: int, source: str, rank: int, reach: float) -> int:
+        self.parents.append(parent)
+        self.sources.append(source)
+        self.ranks.append(rank)
+        self.reach.append(reach)
+        return len(self.parents) - 1
+
+    @property
+    def expected_accepted(self) -> float:
+        """Expected accepted tokens per step, the bonus token not counted (τ of such steps is one more)."""
+        return math.fsum(self.reach[1:])
+
+    @property
+    def depths(self) -> list[int]:
+        depths = [0]
+        for parent in self.parents[1:]:
+            depths.append(depths[parent] + 1)
+        return depths
+
+
+@dataclass
+class OptimalTree(RateTree):
+    """The optimal tree, beside the best tree of each source alone at the same budget."""
+
+    balanced: RateTree = field(default_factory=RateTree)  # the best balanced k-ary tree of recycled successors
+    balanced_k: int = 0                                    # its k (0 when there are no branch rates)
+    chain: RateTree = field(default_factory=RateTree)     # the spine chain alone
+
+
+def _check(budget: int, spine: Sequence[float], branch: Sequence[float]) -> None:
+    if budget < 1:
+        raise ValueError(f"a budget counts the root: at least 1, got {budget}")
+    for name, rates in (("spine", spine), ("branch", branch)):
+        if any(not 0.0 <= rate <= 1.0 for rate in rates):
+            raise ValueError(f"{name} rates are probabilities, in [0, 1]: {list(rates)}")
+
+
+def _best_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> RateTree:
+    """Best first on reach (the module's docstring proves it optimal)."""
+    tree, depths = RateTree(), [0]
+    slots: list[tuple[float, int, int, str, int]] = []  # a heap of (-reach, offer order, parent, source, rank)
+    offered = 0
+
+    def offer(node: int) -> None:
+        nonlocal offered
+        spine_child = tree.sources[node] != BRANCH and depths[node] < len(spine)
+        children = [(SPINE, 0, spine[depths[node]])] if spine_child else []
+        children += [(BRANCH, j + 1, rate) for j, rate in enumerate(branch)]
+        for source, rank, rate in children:
+            reach = tree.reach[node] * rate
+            if reach > 0.0:
+                heapq.heappush(slots, (-reach, offered, node, source, rank))
+                offered += 1
+
+    offer(0)
+    while slots and len(depths) < budget:
+        negative_reach, _, parent, source, rank = heapq.heappop(slots)
+        depths.append(depths[parent] + 1)
+        offer(tree.add(parent, source, rank, -negative_reach))
+    return tree
+
+
+def chain_tree(budget: int, spine: Sequence[float]) -> RateTree:
+    """The spine chain alone (prompt lookup): as deep as the budget and the match allow."""
+    tree = RateTree()
+    for rate in spine[:budget - 1]:
+        reach = tree.reach[-1] * rate
+        if reach == 0.0:
+            break
+        tree.add(len(tree.parents) - 1, SPINE, 0, reach)
+    return tree
+
+
+def balanced_tree(budget: int, branch: Sequence[float], k: int) -> RateTree:
+    """The k-ary tree of recycled successors (ranks 1..k under every node) filled breadth first until the
+    budget is spent, as goose.tree.build_balanced_tree fills it. Its depth follows from k and the budget."""
+    tree, node = RateTree(), 0
+    while node < len(tree.parents) and len(tree.parents) < budget:
+        for j, rate in enumerate(branch[:k]):
+            reach = tree.reach[node] * rate
+            if reach > 0.0 and len(tree.parents) < budget:
+                tree.add(node, BRANCH, j + 1, reach)
+        node += 1
+    return tree
+
+
+def best_balanced_tree(budget: int, branch: Sequence[float]) -> tuple[RateTree, int]:
+    """The balanced tree of the best k (the smallest on ties) at this budget, and that k."""
+    best, best_k = RateTree(), 0
+    for k in range(1, len(branch) + 1):
+        tree = balanced_tree(budget, branch, k)
+        if tree.expected_accepted > best.expected_accepted:
+            best, best_k = tree, k
+    return best, best_k
+
+
+def optimal_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> OptimalTree:
+    """The tree of at most `budget` nodes (root included) with the largest expected accepted length, for a
+    spine accepted at depth i + 1 with probability spine[i] given its parent was, and a recycled successor
+    of rank j + 1 with probability branch[j] under any parent; beside it the best balanced tree and the
+    chain at the same budget."""
+    _check(budget, spine, branch)
+    best = _best_tree(budget, spine, branch)
+    balanced, k = best_balanced_tree(budget, branch)
+    return OptimalTree(best.parents, best.sources, best.ranks, best.reach, balanced=balanced, balanced_k=k,
+                       chain=chain_tree(budget, spine))
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Expected accepted length of the three trees along one axis, as plain lists (for plots and JSON)."""
+
+    axis: str  # what x holds: BUDGET_AXIS or GAP_AXIS
+    x: list[float]
+    optimal: list[float]
+    balanced: list[float]
+    chain: list[float]
+
+
+def _curves(axis: str, points: Iterable[tuple[float, OptimalTree]]) -> Curves:
+    points = list(points)
+    return Curves(axis, [x for x, _ in points], [t.expected_accepted for _, t in points],
+                  [t.balanced.expected_accepted for _, t in points], [t.chain.expected_accepted for _, t in points])
+
+
+def budget_curves(budgets: Iterable[int], spine: Sequence[float], branch: Sequence[float]) -> Curves:
+    """Expected accepted length against the node budget."""
+    return _curves(BUDGET_AXIS, ((b, optimal_tree(b, spine, branch)) for b in budgets))
+
+
+def rates_at_gap(gap: float, spine: Sequence[float], branch: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The rates scaled to a quality gap spine[0] / branch[0]: each source's shape over depth and rank kept, and
+    spine[0] + sum(branch), the chance that some child of the root is accepted. So a gap moves acceptance from
+    one source to the other and makes no tree likelier overall."""
+    if not spine or not branch or spine[0] == 0.0 or branch[0] == 0.0:
+        raise ValueError("a quality gap needs a first spine rate and a first branch rate above 0")
+    branch_scale = (spine[0] + math.fsum(branch)) / (gap * branch[0] + math.fsum(branch))
+    spine_scale = gap * branch[0] * branch_scale / spine[0]  # spine[0] after = gap * branch[0] after
+    return [r * spine_scale for r in spine], [r * branch_scale for r in branch]
+
+
+def gap_curves(gaps: Iterable[float], budget: int, spine: Sequence[float], branch: Sequence[float]) -> Curves:
+    """Expected accepted length against the quality gap, at one budget (rates_at_gap)."""
+    return _curves(GAP_AXIS, ((gap, optimal_tree(budget, *rates_at_gap(gap, spine, branch))) for gap in gaps))

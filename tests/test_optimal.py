@@ -1,0 +1,203 @@
+"""The optimal tree under the rate model: equal to brute force, a spine with branches at a 6x gap, its curves."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import goose
+from goose.charts import expected_length_chart
+from goose.optimal import (
+    BUDGET_AXIS,
+    GAP_AXIS,
+    RateTree,
+    balanced_tree,
+    budget_curves,
+    chain_tree,
+    gap_curves,
+    optimal_tree,
+    rates_at_gap,
+)
+from goose.tree import BRANCH, ROOT, SPINE
+
+MAX_NODES = 7
+MAX_RANKS = 3
+# a quality gap of 6x (0.72 / 0.12), the paper's median; a spine node's children's rates add up to 0.96 <= 1
+SIX_X_SPINE = [0.72] * 64
+SIX_X_BRANCH = [0.12 * 0.5**j for j in range(10)]
+
+
+def slot_children(path: tuple) -> list[tuple]:
+    """The slots under a slot named by its path from the root ("s": a spine step, j: the rank-j successor)."""
+    spine_child = [path + ("s",)] if all(step == "s" for step in path) else []
+    return spine_child + [path + (j,) for j in range(1, MAX_RANKS + 1)]
+
+
+def every_tree() -> list[frozenset]:
+    """Every tree of at most MAX_NODES nodes: every set of slots that holds the root and each member's parent."""
+    level = {frozenset({()})}
+    trees = list(level)
+    for _ in range(MAX_NODES - 1):
+        level = {tree | {child} for tree in level for slot in tree for child in slot_children(slot)
+                 if child not in tree}
+        trees += level
+    return trees
+
+
+@pytest.fixture(scope="module")
+def brute_force():
+    """Every tree as slot indices (padded with a slot of reach 0), its size, and the slots."""
+    trees = every_tree()
+    slots = sorted({slot for tree in trees for slot in tree if slot}, key=lambda path: (len(path), str(path)))
+    index = {slot: i + 1 for i, slot in enumerate(slots)}  # 0: the padding
+    members = np.zeros((len(trees), MAX_NODES - 1), dtype=np.int64)
+    for row, tree in enumerate(trees):
+        nonroot = [index[slot] for slot in tree if slot]
+        members[row, :len(nonroot)] = nonroot
+    sizes = np.array([len(tree) for tree in trees])
+    return members, sizes, slots
+
+
+def reach_of(path: tuple, spine: list[float], branch: list[float]) -> float:
+    reach = 1.0
+    for depth, step in enumerate(path, start=1):
+        rates = (spine, depth - 1) if step == "s" else (branch, step - 1)
+        reach *= rates[0][rates[1]] if rates[1] < len(rates[0]) else 0.0
+    return reach
+
+
+def assert_valid(tree: RateTree, budget: int, spine: list[float], branch: list[float]) -> None:
+    """A tree of at most `budget` slots the model offers, each once, parents first, reach as the model says."""
+    assert 1 <= len(tree) <= budget
+    assert tree.parents[0] == -1 and tree.sources[0] == ROOT and tree.reach[0] == 1.0
+    depths = tree.depths
+    seen = set()
+    for node in range(1, len(tree)):
+        parent, source, rank = tree.parents[node], tree.sources[node], tree.ranks[node]
+        assert 0 <= parent < node
+        assert (parent, source, rank) not in seen
+        seen.add((parent, source, rank))
+        if source == SPINE:
+            assert tree.sources[parent] in (ROOT, SPINE) and rank == 0
+            rate = spine[depths[node] - 1]
+        else:
+            assert source == BRANCH and 1 <= rank <= len(branch)
+            rate = branch[rank - 1]
+        assert tree.reach[node] == pytest.approx(tree.reach[parent] * rate, abs=1e-15)
+        assert tree.reach[node] > 0.0
+
+
+def random_rates(rng: random.Random) -> tuple[list[float], list[float]]:
+    """Rates of random length; every other setting on a coarse grid, so that ties and zeros occur."""
+    coarse = rng.random() < 0.5
+    draw = (lambda: rng.randint(0, 4) / 4) if coarse else rng.random
+    spine = [draw() for _ in range(rng.randint(0, MAX_NODES - 1))]
+    branch = [draw() for _ in range(rng.randint(0, MAX_RANKS))]
+    return spine, branch
+
+
+def test_brute_force_enumerates_every_tree(brute_force):
+    _, sizes, _ = brute_force
+    # size 2: one of the root's 4 children; size 3: two of them (6), or one and a child of its own (the spine
+    # child has 4, each branch child 3: 13)
+    assert np.bincount(sizes)[1:4].tolist() == [1, 4, 19]
+
+
+def test_optimal_tree_equals_brute_force_on_200_rate_settings(brute_force):
+    members, sizes, slots = brute_force
+    rng = random.Random(27)
+    for _ in range(200):
+        spine, branch = random_rates(rng)
+        reach = np.array([0.0] + [reach_of(slot, spine, branch) for slot in slots])
+        values = reach[members].sum(axis=1)
+        for budget in range(1, MAX_NODES + 1):
+            best = values[sizes <= budget].max()
+            tree = optimal_tree(budget, spine, branch)
+            assert tree.expected_accepted == pytest.approx(best, abs=1e-12), (spine, branch, budget)
+            assert_valid(tree, budget, spine, branch)
+            assert_valid(tree.balanced, budget, spine, branch)
+            assert_valid(tree.chain, budget, spine, branch)
+
+
+def test_six_x_gap_gives_a_spine_with_branches_never_worse_than_either_alone():
+    for budget in range(1, 65):
+        tree = optimal_tree(budget, SIX_X_SPINE, SIX_X_BRANCH)
+        assert tree.expected_accepted >= tree.balanced.expected_accepted - 1e-12
+        assert tree.expected_accepted >= tree.chain.expected_accepted - 1e-12
+        if budget >= 24:
+            depths = tree.depths
+            spine_depth = max(d for d, s in zip(depths, tree.sources) if s == SPINE)
+            branch_depth = max(d - max(depths[a] for a in ancestors(tree, n) if tree.sources[a] != BRANCH)
+                               for n, (d, s) in enumerate(zip(depths, tree.sources)) if s == BRANCH)
+            on_spine = sum(tree.sources[tree.parents[n]] == SPINE for n in range(1, len(tree))
+                           if tree.sources[n] == BRANCH)
+            assert spine_depth >= 10 and branch_depth <= 2 and on_spine >= 3  # deep and narrow; short and wide
+    assert tree.expected_accepted > 1.25 * tree.chain.expected_accepted
+    assert tree.expected_accepted > 10 * tree.balanced.expected_accepted
+
+
+def ancestors(tree: RateTree, node: int) -> list[int]:
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = tree.parents[node]
+    return path
+
+
+def test_ties_go_to_the_spine_child_then_lower_ranks():
+    tree = optimal_tree(3, [0.5], [0.5, 0.5])
+    assert tree.sources == [ROOT, SPINE, BRANCH] and tree.ranks == [0, 0, 1]
+    assert optimal_tree(3, [0.5], [0.5, 0.5]) == tree
+
+
+def test_nodes_of_reach_zero_are_not_drafted():
+    assert len(optimal_tree(10, [0.9, 0.0], [])) == 2
+    assert len(chain_tree(10, [0.9, 0.0, 0.9])) == 2
+    assert balanced_tree(4, [0.0, 0.5], 2).ranks == [0, 2, 2, 2]  # each node's rank-2 child alone: a chain
+
+
+def test_the_best_balanced_tree_picks_its_width():
+    tree = optimal_tree(13, [], [0.5, 0.5, 0.5])  # 1 + 3 + 9: a full ternary tree of depth 2
+    assert tree.balanced_k == 3 and max(tree.balanced.depths) == 2
+    assert tree.balanced.expected_accepted == pytest.approx(3 * 0.5 + 9 * 0.25)
+    assert optimal_tree(5, [], []).balanced_k == 0
+
+
+def test_curves_hold_each_budgets_trees():
+    curves = budget_curves([1, 4, 32], SIX_X_SPINE, SIX_X_BRANCH)
+    assert curves.axis == BUDGET_AXIS and curves.x == [1, 4, 32]
+    tree = optimal_tree(32, SIX_X_SPINE, SIX_X_BRANCH)
+    assert curves.optimal[-1] == tree.expected_accepted and curves.balanced[-1] == tree.balanced.expected_accepted
+    assert curves.chain == pytest.approx([0.0, 0.72 + 0.72**2 + 0.72**3, tree.chain.expected_accepted])
+
+
+def test_gap_curves_split_the_same_acceptance_at_each_gap():
+    spine, branch = rates_at_gap(6.0, [0.6, 0.3], [0.2, 0.1])  # from 3x to 6x; 0.6 + 0.2 + 0.1 = 0.9 kept
+    assert spine + branch == pytest.approx([0.72, 0.36, 0.12, 0.06])
+    curves = gap_curves([1.0, 2.0], 2, [0.6], [0.3])  # 0.6 + 0.3 = 0.9 at every gap
+    assert curves.axis == GAP_AXIS
+    assert curves.chain == pytest.approx([0.45, 0.6])  # budget 2: the spine's first token alone
+    assert curves.balanced == pytest.approx([0.45, 0.3])  # ... or the top successor alone
+    wide = gap_curves([2.0, 18.0], 32, SIX_X_SPINE, SIX_X_BRANCH)
+    assert wide.chain[0] < wide.chain[1] and wide.balanced[0] > wide.balanced[1]
+    assert wide.optimal[0] >= max(wide.chain[0], wide.balanced[0])
+    with pytest.raises(ValueError):
+        rates_at_gap(2.0, [0.6], [0.0])
+
+
+@pytest.mark.parametrize("budget, spine, branch", [(0, [0.5], [0.5]), (4, [1.5], []), (4, [], [-0.1])])
+def test_rejects_what_the_model_cannot_hold(budget, spine, branch):
+    with pytest.raises(ValueError):
+        optimal_tree(budget, spine, branch)
+
+
+def test_exported_and_charted():
+    assert goose.optimal_tree is optimal_tree
+    for curves in (budget_curves(range(1, 9), SIX_X_SPINE, SIX_X_BRANCH),
+                   gap_curves([2.0, 6.0, 18.0], 16, SIX_X_SPINE, SIX_X_BRANCH)):
+        figure = expected_length_chart(curves)
+        assert [list(trace.y) for trace in figure.data] == [curves.optimal, curves.balanced, curves.chain]
+        assert list(figure.data[0].x) == list(curves.x)
+        assert ("gap" in figure.layout.xaxis.title.text) == (curves.axis == GAP_AXIS)
