@@ -18,9 +18,10 @@ import torch
 
 import goose.tree
 import goose.verify
+from goose.assets import cache_dir
 from goose.config import GooseConfig
 from goose.head import HEAD_CHOICES, HEAD_REVISION, head_for, heads_here, known_head, parse_routed, routed_kind
-from goose.model import GooseModel, cache_dir
+from goose.model import GooseModel
 from goose.packed import body_linears
 from goose.sources import AdjacencyTable, ContextMatcher
 from goose.tree import BRANCH, DraftTree, build_goose_tree

@@ -25,7 +25,7 @@ import torch
 from goose import metrics
 from goose.budget import BudgetTuner
 from goose.config import GooseConfig
-from goose.costs import choose_head
+from goose.costs import choose_head, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.head import HEAD_CHOICES, known_head
 from goose.model import GooseModel
@@ -223,10 +223,11 @@ class Generation:
 
 class Recorder(Observer):
     """What a replay of the run needs (goose.whatif), kept as the loop goes: the adjacency rows the prefill and
-    every pass stored, and the shape the tuner gave each tree. With a shadow drafter it also verifies, beside
-    the run, the tree a bigger fixed budget would build at each step, and keeps the rows of the nodes the
-    step's tree lacks (parents numbered in the merged tree, the step's nodes first): a replay at budgets up
-    to it then reads its rejected nodes' rows wherever the two trees share them."""
+    every pass stored, the shape the tuner gave each tree, and the texts of the tokens those rows name (a
+    rebuilt tree may draft any of them: the Lab draws it without a tokenizer). With a shadow drafter it also
+    verifies, beside the run, the tree a bigger fixed budget would build at each step, and keeps the rows of
+    the nodes the step's tree lacks (parents numbered in the merged tree, the step's nodes first): a replay at
+    budgets up to it then reads its rejected nodes' rows wherever the two trees share them."""
 
     def __init__(self, shadow: Drafter | None = None) -> None:
         self.shadow = shadow
@@ -235,6 +236,7 @@ class Recorder(Observer):
 
     def prefilled(self, generation: Generation, keyed_rows: list) -> None:
         generation.run.prefill_rows = list(keyed_rows)
+        self._name_tokens(generation, [row for _, _, row in keyed_rows])
 
     def drafted(self, generation: Generation, state: DraftState, tree: DraftTree) -> None:
         self._shape = generation.drafter.shape_for(state)
@@ -248,6 +250,13 @@ class Recorder(Observer):
         step.rows = list(verification.rows) if verification.rows is not None else []
         step.shape = self._shape
         step.shadow = self._shadow_rows
+        self._name_tokens(generation, [*step.rows, *(row for _, _, row in self._shadow_rows or [])])
+
+    @staticmethod
+    def _name_tokens(generation: Generation, rows: list) -> None:
+        texts = generation.run.token_texts
+        unnamed = sorted({token for row in rows for token, _ in row or ()} - texts.keys())
+        texts.update(zip(unnamed, generation.target.token_texts(unnamed)))
 
 
 @dataclass(frozen=True)
@@ -325,8 +334,8 @@ def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
     head = choose_head(goose_model, request.head)
     drafter = METHODS[request.method]
     tuned = request.config.auto_budget and drafter.speculative
-    return ModelTarget(goose_model, head, request.sampling, request.config.warm_start,
-                       with_costs=tuned or request.record_sources)
+    costs = cost_table(goose_model, head=head) if tuned or request.record_sources else {}
+    return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs)
 
 
 def recorders(request: Request) -> list[Observer]:

@@ -8,7 +8,6 @@ float32 model in the user cache and later loads take seconds.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from goose.assets import cache_dir
 from goose.verify import MASK_KERNELS, UnsupportedModelError, check_attention_kernel
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,6 @@ class GooseModel:
         if limit is not None and prompt_tokens + max_new_tokens > limit:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                              f"the model's context of {limit} tokens; shorten the prompt or ask for fewer tokens")
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $GOOSE_CACHE, else the user cache folder."""
-    root = os.environ.get("GOOSE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "goose")
-    return Path(root)
 
 
 def pick_device(device: str | None) -> str:

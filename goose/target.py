@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from goose.costs import cost_table
 from goose.head import head_for
 from goose.model import GooseModel
 from goose.sampling import Sampling
@@ -83,7 +82,7 @@ class ModelTarget:
     """The model itself: one forward pass per tree through a KV cache it owns, walked with the run's head."""
 
     def __init__(self, goose_model: GooseModel, head: str, sampling: Sampling, warm_start: bool,
-                 with_costs: bool) -> None:
+                 costs: dict[int, float]) -> None:
         self.goose_model = goose_model
         self.model = goose_model.name
         self.eos = eos_ids(goose_model)
@@ -91,7 +90,7 @@ class ModelTarget:
         self.walker = make_walker(head_for(goose_model, head), sampling)
         self.verifier = Verifier(goose_model.model)
         self._prior = find_prior(goose_model.name) if warm_start else None
-        self._costs = cost_table(goose_model, head=head) if with_costs else {}
+        self._costs = costs  # this device's cost table (goose.costs), measured before the run
 
     def encode(self, prompt: str) -> list[int]:
         return self.goose_model.encode(prompt)

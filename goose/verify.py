@@ -10,12 +10,20 @@ cache here keeps every position on every layer, so the window lives in the mask.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
 
 from goose.packed import pack_linears, packed_linears
-from goose.tree import DraftTree
+
+
+class Flattened(Protocol):
+    """What verification reads of a draft tree (goose.tree.DraftTree): its nodes, parents first."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
 
 # Kernels that apply an arbitrary additive 4-D mask. Flash attention drops it.
 MASK_KERNELS = ("sdpa", "eager")
@@ -118,7 +126,7 @@ class Verifier:
                                position_ids=positions, cache=self.cache, use_cache=True)
         return output.last_hidden_state[0]
 
-    def forward_tree(self, tree: DraftTree) -> torch.Tensor:
+    def forward_tree(self, tree: Flattened) -> torch.Tensor:
         return self.forward(tree.tokens, tree.parents, tree.depths)
 
     def forward_chain(self, tokens: list[int]) -> torch.Tensor:

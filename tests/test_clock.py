@@ -8,7 +8,7 @@ import pytest
 from tiny import tiny_llama
 
 import goose
-import goose.decode
+import goose.target
 from goose.trace import RunRecord
 
 SLOW_SETUP_S = 0.2
@@ -21,13 +21,13 @@ def tiny():
 
 @pytest.mark.parametrize("method", ["autoregressive", "goose"])
 def test_wall_time_includes_set_up_and_matches_a_stopwatch(tiny, monkeypatch, method):
-    head_for = goose.decode.head_for
+    head_for = goose.target.head_for
 
     def slow_head_for(*args):
         time.sleep(SLOW_SETUP_S)
         return head_for(*args)
 
-    monkeypatch.setattr(goose.decode, "head_for", slow_head_for)
+    monkeypatch.setattr(goose.target, "head_for", slow_head_for)
     gaps = []
     for _ in range(3):  # the least gap of three: a busy machine may pause any one call, never all three
         start = time.perf_counter()

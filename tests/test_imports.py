@@ -79,3 +79,43 @@ def test_the_graph_sees_the_project():
 def test_no_module_imports_itself_back():
     cycle = find_cycle(import_graph())
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def transitive_imports(graph: dict[str, set[str]], module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_a_trace_loads_without_the_model_the_head_the_costs_or_the_loop():
+    reached = transitive_imports(import_graph(), "goose.trace")
+    assert not reached & {"goose.model", "goose.head", "goose.costs", "goose.decode"}, sorted(reached)
+
+
+def room(module: str) -> str:
+    """The part of the house a module belongs to: a folder of its own (the app, the bench, the sources) is one."""
+    for folder in ("app", "goose.bench", "goose.sources"):
+        if module == folder or module.startswith(folder + "."):
+            return folder
+    return module
+
+
+def test_the_stack_has_at_most_twelve_floors():
+    """Floors as the house is drawn: a room stands above all it imports (folders of their own are one room; the
+    package's face, goose/__init__.py, only hands names on and is left out)."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        if module != "goose":
+            rooms.setdefault(room(module), set()).update(room(t) for t in targets if t != "goose")
+    floors: dict[str, int] = {}
+
+    def floor(name: str) -> int:
+        if name not in floors:
+            floors[name] = 1 + max((floor(t) for t in rooms.get(name, ()) if t != name), default=0)
+        return floors[name]
+
+    assert max(floor(name) for name in rooms) <= 12, sorted(floors.items(), key=lambda item: -item[1])

@@ -94,16 +94,12 @@ def test_the_papers_breadth_first_branches_are_lossless(name, method):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_the_default_auto_budget_and_shape_are_lossless(name):
-    """budget="auto" (the default) tunes every method's budget and shape as it goes: lossless throughout,
-    with one tuner per method carried across the prompts."""
+    """budget="auto" (the default) tunes every method's budget and shape as it goes: lossless throughout."""
     for method in SPECULATIVE:
         for prompt in [*PROMPTS.values(), echo_prompt(name)]:
             run = goose.generate(model(name), prompt, method=method, max_new_tokens=NEW_TOKENS)
             assert run.tokens == reference(name, prompt), (method, prompt)
             assert all(len(step.nodes) <= step.budget for step in run.steps)
-    tuners = model(name).cache.tuners
-    assert {method for method, _ in tuners} == set(SPECULATIVE)
-    assert all(tuner.all_steps > 0 for tuner in tuners.values())
 
 
 @pytest.mark.parametrize("head", [*HEADS, "int8+screened@8", "screened+int8@2"])

@@ -8,10 +8,11 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
+from goose.check import run_what_if
 from goose.prior_build import build_prior
 from goose.sources import AdjacencyTable
 from goose.sources.prior import SHIPPED, Prior, average_rows, find_prior, prior_path
-from goose.whatif import NoSnapshotError, run_what_if, what_if
+from goose.whatif import NoReplayDataError, what_if
 
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n", "one two three four one two", "The quick brown fox"]
 OPENINGS = ["def f(x):\n", "The cat", "1, 2, 3,", "Dear Sir,", "import os\n"]
@@ -101,15 +102,15 @@ def test_a_replay_reads_the_run_s_prior_and_says_when_it_is_gone(cache, models):
             replayed = run_what_if(run)
             assert replayed.accepted[:-1] == run.accepted_lengths[:-1]
             assert replayed.tau == pytest.approx(run.totals.tau)
-            for i, step in enumerate(run.steps):  # the snapshots kept the prior's rows the trees read
+            for i, step in enumerate(run.steps):  # the replay's table starts over the same prior
                 rebuilt = what_if(run, i)
                 assert rebuilt.exact and rebuilt.tree.tokens == [n.token for n in step.nodes]
             # without the prior: its first tree is the cold run's (later ones are estimates, from the run's rows)
             cold = goose.generate(goose_model, prompt, "goose", 36, budget=10, warm_start=False)
-            first = run_what_if(run, warm_start=False).steps[0].tree
-            assert first.tokens == [n.token for n in cold.steps[0].nodes]
+            first = run_what_if(run, warm_start=False).steps[0].step
+            assert [n.token for n in first.nodes] == [n.token for n in cold.steps[0].nodes]
     prior_path(models[-1].name).unlink()
-    with pytest.raises(NoSnapshotError, match="build-prior"):
+    with pytest.raises(NoReplayDataError, match="build-prior"):
         run_what_if(run)
 
 

@@ -1,6 +1,6 @@
-"""Whole-run replays (goose.replay via goose.run_what_if): the recorded setting replays to the run itself,
+"""Whole-run replays (goose.whatif via goose.run_what_if): the recorded setting replays to the run itself,
 context-only replays equal real runs, every replay's first step is the real first step, the check path runs the
-model, and traces without replay data say what they lack."""
+model (the run's own setting: the same trees, tau error 0), and traces without replay data say what they lack."""
 
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose.budget import interpolate_cost
-from goose.replay import RecordedRows, ReplayTable, anchor_positions, context_key, node_paths
+from goose.check import CheckCancelled, baseline_run, run_what_if
 from goose.trace import RunRecord
-from goose.whatif import CheckCancelled, NoSnapshotError, baseline_run, run_what_if
+from goose.whatif import (
+    LatestRows,
+    NoReplayDataError,
+    PassRows,
+    anchor_positions,
+    context_key,
+    node_paths,
+    recorded_prior,
+)
 
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
            "one two three four one two three four one two",
@@ -24,10 +32,6 @@ TREE_METHODS = ["goose", "balanced", "recycling"]
 @pytest.fixture(scope="module")
 def models():
     return [tiny_gemma3(0), tiny_llama(1)]
-
-
-def trees(steps) -> list[tuple]:
-    return [(tuple(s.tree.tokens), tuple(s.tree.parents), tuple(s.tree.sources)) for s in steps]
 
 
 def recorded_trees(run: RunRecord) -> list[tuple]:
@@ -48,7 +52,7 @@ def test_replaying_the_recorded_setting_rebuilds_the_run(models, method, budget)
                 # the last step's accepted drafts past the run's end are not known to a replay (nor committed)
                 assert replayed.accepted[:-1] == run.accepted_lengths[:-1]
                 assert replayed.budgets == [s.budget for s in run.steps]
-                assert trees(replayed.steps) == recorded_trees(run), (goose_model.name, prompt[:12])
+                assert recorded_trees(replayed.replayed) == recorded_trees(run), (goose_model.name, prompt[:12])
                 assert replayed.tau == pytest.approx(run.totals.tau) and replayed.passes == run.totals.forward_passes
 
 
@@ -84,7 +88,7 @@ def test_every_replay_starts_with_the_real_first_tree(models, settings):
         budget = settings.get("budget", recorded.config["budget"])
         shape = {k: v for k, v in settings.items() if k not in ("method", "budget")}
         real = goose.generate(goose_model, PROMPTS[0], method, 30, budget=budget, **shape)
-        assert trees(replayed.steps[:1]) == recorded_trees(real)[:1]
+        assert recorded_trees(replayed.replayed)[:1] == recorded_trees(real)[:1]
         assert replayed.accepted[0] == real.accepted_lengths[0]
         assert not replayed.exact
 
@@ -97,7 +101,8 @@ def test_the_table_leaves_out_the_path_ahead_of_the_anchor(models):
     k = next(i for i, s in enumerate(run.steps) if s.accepted_length >= 2)
     step, start = run.steps[k], positions[k]
     sequence = run.prompt_tokens + run.tokens
-    table = ReplayTable(run, goose.GooseConfig.from_dict(run.config)).at(start + 1, sequence, len(run.prompt_tokens))
+    config = goose.GooseConfig.from_dict(run.config)
+    table = LatestRows(run, config, recorded_prior(run, config)).at(start + 1, sequence, len(run.prompt_tokens))
     ahead = [step.rows[n] for n in step.accepted]  # every accepted node sits at depth >= 1: at or after the anchor
     recent = [*table.recent.unigram.values(), *table.recent.bigram.values()]
     assert recent and not any(row is ahead_row for row in recent for ahead_row in ahead)
@@ -121,24 +126,16 @@ def test_check_runs_the_model_beside_the_estimate(models):
         run_what_if(recorded, check=True)
 
 
-def test_estimates_use_the_cost_table_calibrated_by_the_runs_own_steps(models):
-    """Passes priced from the run's table, times what the run's own passes measured against it (here the
-    recorded 12-node steps took twice the table: every size then reads twice the table)."""
+def test_estimates_price_each_pass_from_the_runs_cost_table(models):
+    """The recorded prefill plus each replayed pass's cost read off the run's table (the table the run's tuner
+    read: measured on real steps, goose.costs); no table, no speed estimate."""
     recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
     recorded.costs = {1: 1.0, 4: 1.0, 16: 4.0}
     recorded.totals.prefill_s = 2.0
-    for step in recorded.steps:
-        step.verify_s = 0.0  # nothing measured: the table as it is
     replayed = run_what_if(recorded, method="pld", budget=4)
-    assert replayed.seconds == pytest.approx(2.0 + sum(1.0 for _ in replayed.steps))
+    assert replayed.seconds == pytest.approx(2.0 + sum(interpolate_cost(recorded.costs, n) for n in replayed.nodes))
     assert replayed.baseline.wall_s == pytest.approx(2.0 + len(recorded.tokens) - 1)
     assert replayed.speedup == pytest.approx(replayed.baseline.wall_s / replayed.seconds)
-    for step in recorded.steps:
-        step.verify_s = 2 * interpolate_cost(recorded.costs, len(step.nodes))
-    calibrated = run_what_if(recorded, method="pld", budget=4)
-    assert calibrated.seconds == pytest.approx(2.0 + 2 * sum(interpolate_cost(recorded.costs, n)
-                                                             for n in calibrated.nodes))
-    assert calibrated.baseline.wall_s == pytest.approx(2.0 + 2 * (len(recorded.tokens) - 1))
     recorded.costs = {}
     assert run_what_if(recorded, budget=4).speedup is None
 
@@ -146,10 +143,10 @@ def test_estimates_use_the_cost_table_calibrated_by_the_runs_own_steps(models):
 def test_runs_without_replay_data_say_what_they_lack(models):
     goose_model = models[0]
     plain = goose.generate(goose_model, PROMPTS[0], "goose", 20, budget=8)
-    with pytest.raises(NoSnapshotError, match="record_sources=True"):
+    with pytest.raises(NoReplayDataError, match="record_sources=True"):
         run_what_if(plain)
     chain = goose.generate(goose_model, PROMPTS[0], "pld", 20, budget=8, record_sources=True)
-    with pytest.raises(NoSnapshotError, match="kept no adjacency table"):
+    with pytest.raises(NoReplayDataError, match="kept no adjacency table"):
         run_what_if(chain, method="goose")
     assert run_what_if(chain, budget=4).exact
     sampled = goose.generate(goose_model, PROMPTS[0], "goose", 12, budget=8, temperature=0.8, seed=1,
@@ -158,20 +155,40 @@ def test_runs_without_replay_data_say_what_they_lack(models):
         run_what_if(sampled)
 
 
-def test_format_2_traces_still_rebuild_steps_but_not_whole_runs(models, tmp_path):
+def test_older_traces_load_and_replay_as_far_as_they_can(models, tmp_path):
+    """A format-3 trace (rows, shapes and a snapshot per step) replays to itself, its snapshots ignored; a
+    format-2 trace (no rows) loads, and a replay says what it lacks."""
     run = goose.generate(models[0], PROMPTS[0], "goose", 24, budget=8, record_sources=True)
     data = json.loads(run.to_json())
+    data["format"] = "goose-trace/3"
+    for step in data["steps"]:
+        step["snapshot"] = {"format": 1, "anchor": 0}
+    path = tmp_path / "v3.json"
+    path.write_text(json.dumps(data))
+    assert recorded_trees(run_what_if(RunRecord.load(path)).replayed) == recorded_trees(run)
     data["format"] = "goose-trace/2"
     del data["prefill_rows"]
     for step in data["steps"]:
         del step["rows"], step["shape"]
-    path = tmp_path / "v2.json"
     path.write_text(json.dumps(data))
     old = RunRecord.load(path)
-    assert old.has_snapshots and not old.has_replay_data and old.tokens == run.tokens
-    assert goose.what_if(old, 0).accepted == run.steps[0].accepted_length
-    with pytest.raises(NoSnapshotError, match="adjacency rows"):
-        run_what_if(old)
+    assert not old.has_replay_data and old.tokens == run.tokens
+    for replaying in (lambda: run_what_if(old), lambda: goose.what_if(old, 0)):
+        with pytest.raises(NoReplayDataError, match="adjacency rows"):
+            replaying()
+
+
+@pytest.mark.parametrize("method", TREE_METHODS)
+def test_checking_the_runs_own_setting_reruns_the_same_trees(models, method):
+    """Recorded as Explore records (auto budget, the tuner on), checked at its own setting: the real run drafts
+    the recorded trees again, so the estimate's tau error is exactly 0 and the tokens are the same."""
+    goose_model = models[0]
+    goose.generate(goose_model, PROMPTS[2], method, 30)  # another run first: it must leave nothing behind
+    recorded = goose.generate(goose_model, PROMPTS[0], method, 36, record_sources=True)
+    own = run_what_if(recorded, check=True, model=goose_model)
+    assert own.tau_error == 0.0 and own.exact
+    assert own.measured.run.tokens == recorded.tokens and own.measured.same_tokens
+    assert recorded_trees(own.measured.run) == recorded_trees(recorded)
 
 
 def test_the_check_keeps_the_runs_own_knobs_and_can_be_cancelled(models):
@@ -198,7 +215,7 @@ def test_a_shadow_recording_leaves_the_run_as_it_was(models):
         assert plain.steps[0].shadow is None and sum(len(s.shadow) for s in rich.steps) > len(rich.steps)
         loaded = RunRecord.from_json(rich.to_json())
         assert [s.shadow for s in loaded.steps] == [[tuple(x) for x in s.shadow] for s in rich.steps]
-        assert trees(run_what_if(loaded).steps) == recorded_trees(rich), "and replays to itself"
+        assert recorded_trees(run_what_if(loaded).replayed) == recorded_trees(rich), "and replays to itself"
     with pytest.raises(ValueError, match="record_sources"):
         goose.generate(models[0], PROMPTS[0], "goose", 8, shadow_budget=16)
 
@@ -209,7 +226,7 @@ def test_rows_are_looked_up_by_the_context_they_were_computed_in(models):
     goose_model = models[1]
     recorded = goose.generate(goose_model, PROMPTS[2], "goose", 36, budget=5, record_sources=True, shadow_budget=24)
     real = goose.generate(goose_model, PROMPTS[2], "goose", 36, budget=24, record_sources=True)
-    known = RecordedRows(recorded)
+    known = PassRows(recorded)
     sequence, length = real.prompt_tokens + real.tokens, len(real.prompt_tokens)
     recorded_anchors = set(anchor_positions(recorded))
     found = across = 0
@@ -238,7 +255,7 @@ def test_shadow_rows_off_the_continuation_alone_reach_the_fallback_table(models)
             paths.append((*paths[parent], token))
         off = [bool(context_key(sequence, length + position, path)[1]) for path in paths[len(step.nodes):]]
         expected = [row for (_, _, row), is_off in zip(step.shadow, off) if is_off]
-        kept = [row for _, _, row in ReplayTable._shadow_keyed_rows(step, sequence, length + position)]
+        kept = [row for _, _, row in LatestRows._shadow_keyed_rows(step, sequence, length + position)]
         assert len(kept) == len(expected) and all(a is b for a, b in zip(kept, expected))
         left_out += off.count(False)
     assert left_out > 0, "the shadow trees did reach along the continuation"

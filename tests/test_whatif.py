@@ -1,5 +1,6 @@
-"""Source snapshots and what-if trees: the recorded tree rebuilds exactly, counterfactual counts match a real
-verification whenever marked exact, bad settings and snapshot-less traces get clear errors."""
+"""What-if trees: a replay of the run rebuilds each step's sources, so the recorded tree rebuilds exactly and
+counterfactual counts match a real verification whenever marked exact; recording is an observer that changes
+nothing but the trace; bad settings and traces without replay data get clear errors."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import pytest
 from tiny import tiny_gemma3
 
 import goose
+from goose import run_what_if
 from goose.head import make_head
-from goose.snapshot import SNAPSHOT_BUDGET
 from goose.trace import RunRecord
 from goose.verify import Verifier
 from goose.walk import GreedyWalker
-from goose.whatif import NoSnapshotError, run_what_if, sweep, what_if
+from goose.whatif import NoReplayDataError, sweep, what_if
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
 SETTINGS = [{}, {"budget": 6}, {"budget": 40, "spine_share": 0.3}, {"method": "balanced", "budget": 24},
@@ -74,10 +75,12 @@ def check_exact_counts(goose_model, runs: list[RunRecord], settings: list[dict])
 
 
 @pytest.mark.parametrize("method", list(goose.METHODS))
-def test_own_snapshot_rebuilds_the_recorded_tree(tiny, method):
+def test_a_replay_rebuilds_every_recorded_tree(tiny, method):
+    if not goose.METHODS[method].speculative:
+        return
     run = goose.generate(tiny, PROMPT, method, 30, budget=20, record_sources=True)
     loaded = RunRecord.from_json(run.to_json())
-    assert loaded.has_snapshots and loaded.steps
+    assert loaded.has_replay_data and loaded.steps
     for record in (run, loaded):
         for step in record.steps:
             result = what_if(record, step.index)
@@ -91,11 +94,10 @@ def test_recording_changes_nothing_but_the_trace(tiny, tiny_run):
     plain = goose.generate(tiny, PROMPT, "goose", 40, budget=24)
     assert plain.tokens == tiny_run.tokens
     assert [node_tree(s) for s in plain.steps] == [node_tree(s) for s in tiny_run.steps]
-    assert all(s.snapshot is None for s in plain.steps) and not plain.token_texts and not plain.costs
-    snapshot = tiny_run.steps[0].snapshot
-    assert snapshot.max_budget == SNAPSHOT_BUDGET and snapshot.unigram
-    assert snapshot.tokens() <= tiny_run.token_texts.keys(), "every token a rebuilt tree may show has its text"
+    assert all(s.rows is None and s.shape is None for s in plain.steps) and plain.prefill_rows is None
+    assert not plain.costs, "a fixed budget reads no cost table; a recording keeps one for its estimates"
     assert tiny_run.costs and all(c > 0 for c in tiny_run.costs.values())
+    assert all(len(s.rows) == len(s.nodes) and s.shape == {} for s in tiny_run.steps) and tiny_run.prefill_rows
 
 
 def test_counterfactual_equals_real_verification_when_exact_tiny(tiny, tiny_run):
@@ -112,19 +114,18 @@ def test_settings_change_the_tree(tiny_run):
     assert all(len(balanced.children[n]) <= 2 for n in range(len(balanced)))
 
 
-def test_missing_rows_are_reported_not_guessed(tiny):
+def test_a_run_without_a_table_cannot_rebuild_trees_drafted_from_one(tiny):
     run = goose.generate(tiny, PROMPT, "pld", 20, budget=16, record_sources=True)  # pld keeps no adjacency table
-    result = what_if(run, 0, method="goose", budget=16)
-    assert result.missing_rows > 0 and not result.complete and not result.exact
-    with pytest.raises(NoSnapshotError, match="kept no adjacency table"):
-        run_what_if(run, method="goose")
+    for rebuilding in (lambda: what_if(run, 0, method="goose", budget=16), lambda: run_what_if(run, method="goose")):
+        with pytest.raises(NoReplayDataError, match="kept no adjacency table"):
+            rebuilding()
+    assert what_if(run, 0, budget=4).exact
 
 
 @pytest.mark.parametrize("settings, error", [
     ({"method": "beam"}, "unknown method"),
     ({"budget": 0}, "budget"),
     ({"budget": 2.5}, "budget"),
-    ({"budget": SNAPSHOT_BUDGET + 1}, "recorded for"),
     ({"spine_share": 1.5}, "spine_share"),
     ({"rho": -0.1}, "spine_branch_share"),
     ({"top_k": 4}, "draft sources"),
@@ -145,20 +146,20 @@ def test_bad_step_and_unknown_setting(tiny_run, tiny):
         what_if(sampled, 0)
 
 
-def test_old_trace_without_snapshots_opens_but_cannot_rebuild(tiny_run, tmp_path):
+def test_old_trace_without_replay_data_opens_but_cannot_rebuild(tiny_run, tmp_path):
     data = json.loads(tiny_run.to_json())
     data["format"] = "goose-trace/1"
     for key in ("token_texts", "costs", "prefill_rows"):  # what formats 2 and 3 added
         del data[key]
     for step in data["steps"]:
-        del step["snapshot"], step["rows"], step["shape"], step["observe_s"]
+        del step["rows"], step["shape"], step["observe_s"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     old = RunRecord.load(path)
-    assert old.tokens == tiny_run.tokens and not old.has_snapshots
-    with pytest.raises(NoSnapshotError, match="record_sources=True"):
+    assert old.tokens == tiny_run.tokens and not old.has_replay_data
+    with pytest.raises(NoReplayDataError, match="record_sources=True"):
         what_if(old, 0)
-    with pytest.raises(NoSnapshotError):
+    with pytest.raises(NoReplayDataError):
         run_what_if(old)
 
 
@@ -202,7 +203,7 @@ def test_bench_what_if_adds_the_curves_and_agrees_with_the_real_run(tmp_path):
                                                                                   nbytes=1 << 24))
         bench.run_bench(settings, tmp_path, tiny_llama(0), progress=False)
     traces = sorted((tmp_path / "what-if").glob("*.json"))
-    assert len(traces) == 2 and all(RunRecord.load(p).has_snapshots for p in traces)
+    assert len(traces) == 2 and all(RunRecord.load(p).has_replay_data for p in traces)
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     for title in ("What if", "estimated speed-up vs budget", "vs spine share r"):
         assert title in page

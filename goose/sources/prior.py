@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from goose.assets import cache_dir
 from goose.sources.adjacency import Row
 
 SHIPPED = Path(__file__).resolve().parent.parent / "priors"  # priors that ship with the package
@@ -75,7 +76,6 @@ def model_slug(model_name: str) -> str:
 def prior_path(model_name: str, folder: Path | None = None) -> Path:
     """Where the prior of `model_name` is kept: the package's folder for a shipped one, else the user cache."""
     if folder is None:
-        from goose.model import cache_dir
         folder = cache_dir() / "priors"
     return folder / f"{model_slug(model_name)}.json.gz"
 
