@@ -60,6 +60,7 @@ class RunViewer:
 
     @property
     def components(self) -> Components:
+        """Each component by its field name, as app.outputs binds a RunView to them."""
         return {field.name: getattr(self, field.name) for field in fields(self)}
 
 
