@@ -15,15 +15,18 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import pandas as pd
+import plotly.graph_objects as go
 
 import goose
 from app.limits import STOPPED, TIME_LIMIT, Limits, RunGuard, StopSwitches
 from app.models import ModelNotAllowedError, ModelRegistry, canonical_name
+from app.outputs import KEEP, Keep
 from app.race_lanes import lanes_iframe
 from app.race_trace import is_race, race_from_dict, save_race
 from app.tokens import PREFILL, TOKEN_KINDS, token_spans
@@ -134,6 +137,25 @@ def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: in
 
 # ---------------------------------------------------------------- rendering a run
 
+@dataclass
+class RunView:
+    """What a run viewer shows (ui.RunViewer lays out a component of each name); KEEP leaves one as it is."""
+
+    text: str | Keep = KEEP  # the generated text, each token coloured by how it was obtained
+    stats: str | Keep = KEEP  # the counters line
+    run: RunRecord | None | Keep = KEEP  # the run being browsed (a gr.State)
+    step: gr.Slider | int | Keep = KEEP  # the step scrubber, or just its position
+    tree: str | Keep = KEEP  # the tree of the step on the scrubber
+    download: gr.DownloadButton | Keep = KEEP  # the run's JSON trace
+
+
+@dataclass
+class ReplayView(RunView):
+    """A run viewer and the race lanes above it: one lane for a run trace, every method's for a race trace."""
+
+    lanes: str | Keep = KEEP
+
+
 def text_html(run: RunRecord | None) -> str:
     """The generated text with every token coloured by how it was obtained, and a key."""
     if run is None or not run.tokens:
@@ -185,12 +207,12 @@ def show_step(run: RunRecord | None, index: Any) -> str:
     return tree_iframe(run.steps[index])
 
 
-def move_step(run: RunRecord | None, index: Any, delta: int) -> tuple[int, str]:
+def move_step(run: RunRecord | None, index: Any, delta: int) -> RunView:
     """Previous/next: the new step index and its tree."""
     if run is None or not run.steps:
-        return 0, tree_iframe(None)
+        return RunView(step=0, tree=tree_iframe(None))
     index = min(max(0, int(index or 0) + delta), len(run.steps) - 1)
-    return index, tree_iframe(run.steps[index])
+    return RunView(step=index, tree=tree_iframe(run.steps[index]))
 
 
 def fresh_trace_folder(root: Path = TRACES_DIR, keep_s: float = TRACE_KEEP_S) -> Path:
@@ -212,10 +234,10 @@ def save_trace(run: RunRecord) -> str:
     return str(path)
 
 
-def view_run(run: RunRecord, status: str = "") -> tuple[str, str, RunRecord, gr.Slider, str, gr.DownloadButton]:
+def view_run(run: RunRecord, status: str = "") -> RunView:
     """Every output of a run viewer: text, counters, state, scrubber, tree of step 0, download."""
-    return (text_html(run), stats_html(run, status), run, step_slider(run), show_step(run, 0),
-            gr.DownloadButton(value=save_trace(run), interactive=True))
+    return RunView(text=text_html(run), stats=stats_html(run, status), run=run, step=step_slider(run),
+                   tree=show_step(run, 0), download=gr.DownloadButton(value=save_trace(run), interactive=True))
 
 
 # ---------------------------------------------------------------- Explore
@@ -243,7 +265,7 @@ def arm(session: str | None) -> None:
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
             max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
             seed: Any = None, full_head: bool = False, session: str | None = None, *,
-            limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple]:
+            limits: Limits = DEFAULT_LIMITS) -> Iterator[RunView]:
     """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
 
     Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
@@ -260,9 +282,10 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         if registry.is_loaded(model_name):
             status = f"Warming {name} up (once: head choice, cost table, a short run of each method)…"
         else:
-            note = " (its very first load converts a GGUF: about 45 s)" if name == goose.DEFAULT_MODEL else ""
+            first = name == goose.DEFAULT_MODEL
+            note = " (its very first load on a machine converts its GGUF file, once)" if first else ""
             status = f"Loading {name}…{note}"
-        yield gr.skip(), stats_html(None, status), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        yield RunView(stats=stats_html(None, status))
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
@@ -276,8 +299,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
             now = time.perf_counter()
             if now - last_yield >= STREAM_INTERVAL_S:
                 last_yield = now
-                yield (text_html(generation.run), stats_html(generation.run, "generating…"), gr.skip(), gr.skip(),
-                       gr.skip(), gr.skip())
+                yield RunView(text=text_html(generation.run), stats=stats_html(generation.run, "generating…"))
     finally:
         guard.release()
     run = generation.run
@@ -286,7 +308,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
 
 # ---------------------------------------------------------------- Replay
 
-def load_trace(path: str | None) -> tuple:
+def load_trace(path: str | None) -> RunView:
     """Open an uploaded trace file; a file that is not a Goose trace is refused with a message."""
     if not path:
         raise gr.Error("Choose a trace file (.json) first.")
@@ -299,7 +321,7 @@ def load_trace(path: str | None) -> tuple:
     return view_run(run, f"trace of {run.method} on {run.model}")
 
 
-def replay(path: str | None) -> tuple:
+def replay(path: str | None) -> ReplayView:
     """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane)."""
     if not path:
         raise gr.Error("Choose a trace file (.json) first.")
@@ -309,14 +331,14 @@ def replay(path: str | None) -> tuple:
         raise gr.Error("This file is not a Goose trace: it is not JSON (expected a .json run or race trace).") from None
     if not is_race(data):
         viewed = load_trace(path)
-        return (*viewed, lanes_iframe({viewed[2].method: viewed[2]}))
+        return ReplayView(**vars(viewed), lanes=lanes_iframe({viewed.run.method: viewed.run}))
     try:
         runs = race_from_dict(data)
     except ValueError as error:
         raise gr.Error(f"This file is not a Goose trace: {error}") from error
     shown = runs.get(SpineTree.name) or next(reversed(runs.values()))
-    return (*view_run(shown, f"race of {', '.join(runs)} on {shown.model}: showing {shown.method}"),
-            lanes_iframe(runs))
+    viewed = view_run(shown, f"race of {', '.join(runs)} on {shown.model}: showing {shown.method}")
+    return ReplayView(**vars(viewed), lanes=lanes_iframe(runs))
 
 
 def example_traces() -> list[str]:
@@ -324,7 +346,7 @@ def example_traces() -> list[str]:
     return sorted(path.name for path in EXAMPLE_TRACES.glob("*.json"))
 
 
-def load_example_trace(name: str | None) -> tuple:
+def load_example_trace(name: str | None) -> ReplayView:
     """Open one of the shipped traces by file name."""
     if not name or name not in example_traces():
         raise gr.Error(f"No example trace called {name!r}.")
@@ -332,6 +354,21 @@ def load_example_trace(name: str | None) -> tuple:
 
 
 # ---------------------------------------------------------------- Race
+
+@dataclass
+class RaceView:
+    """What the Race tab shows once the methods have run."""
+
+    speed: go.Figure  # tokens/s per method
+    tau: go.Figure  # τ, tokens per verification pass
+    speedup: go.Figure  # over autoregressive decoding
+    lengths: go.Figure  # the accepted length per step
+    sources: go.Figure  # acceptance by draft source
+    table: pd.DataFrame  # the numbers (RACE_COLUMNS)
+    badge: str  # lossless or not, and a note when the race was cut short
+    lanes: str  # the runs replayed side by side at their measured pace
+    download: gr.DownloadButton  # the race as a JSON race trace
+
 
 RACE_COLUMNS = ["method", "new tokens", "forward passes", "τ", "tokens/s", "wall s", "speed-up",
                 "mean accepted", "spine acc.", "branch acc.", "same tokens as AR"]
@@ -391,12 +428,11 @@ def race_status(runs: dict[str, RunRecord], methods: list[str], limits: Limits) 
 
 def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: list[str] | None, budget: Any,
          max_new_tokens: Any, full_head: bool = False, session: str | None = None,
-         progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> tuple:
+         progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> RaceView:
     """Run the same prompt through each method (same model, budget, head, greedy) and compare them.
 
-    Returns the charts, the table, the badge, the race lanes and the race trace download. Stop or
-    the server's time limit (for the whole race) end the current method between two steps and
-    skip the rest; what ran is shown."""
+    Stop or the server's time limit (for the whole race) end the current method between two steps
+    and skip the rest; what ran is shown."""
     prompt = check_prompt(prompt)
     extras = extra_race_methods()
     unknown = [m for m in extra_methods or [] if m not in extras]
@@ -427,5 +463,9 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     finally:
         guard.release()
     progress((len(methods), len(methods)), desc="drawing charts", unit="methods")
-    return (*charts.race_charts(metrics.race_metrics(runs)), race_table(runs), race_status(runs, methods, limits),
-            lanes_iframe(runs), gr.DownloadButton(value=save_race_trace(runs), interactive=True))
+    raced = metrics.race_metrics(runs)
+    return RaceView(speed=charts.tokens_per_second_chart(raced), tau=charts.tau_chart(raced),
+                    speedup=charts.speedup_chart(raced), lengths=charts.accepted_length_chart(raced),
+                    sources=charts.acceptance_chart(raced), table=race_table(runs),
+                    badge=race_status(runs, methods, limits), lanes=lanes_iframe(runs),
+                    download=gr.DownloadButton(value=save_race_trace(runs), interactive=True))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -25,6 +26,7 @@ import plotly.graph_objects as go
 from app.callbacks import DEFAULT_LIMITS, NO_PROGRESS, STOPS, get_model
 from app.limits import STOPPED, Limits, RunGuard
 from app.models import ModelNotAllowedError, ModelRegistry
+from app.outputs import KEEP, Keep, bound, outputs
 from app.tree_view import tree_iframe, visible_text
 from goose import charts, metrics
 from goose.assets import ASSETS
@@ -193,14 +195,36 @@ def cannot_rebuild(run: RunRecord | None) -> str:
     return ""
 
 
-def open_run(run: RunRecord | None) -> tuple:
-    """Take a run into the Lab: state, status, step slider sized to it, the budget sweep, the cost curve, the
-    acceptance by depth, the estimates (for the cost curve and checks), no measurements yet, and the shape
-    controls set to the run's own settings (so the first rebuild is the real tree)."""
+@dataclass
+class Opened:
+    """What taking a run into the Lab shows; the shape controls are set to the run's own settings (so the first
+    rebuild is the real tree), and left as they are when the run cannot be rebuilt."""
+
+    run: RunRecord | None  # the run in the Lab (a gr.State)
+    status: str  # what the run is, or why it cannot be rebuilt
+    step: gr.Slider  # the step picker, sized to the run
+    sweep: go.Figure | None  # the budget sweep's estimates
+    costs: go.Figure | None  # the run's device as its cost curve, beside the shipped ones
+    by_depth: go.Figure | None  # the acceptance by source and depth
+    curves: dict[str, Any] | None  # the estimates behind the sweep (a gr.State, for the cost curve and checks)
+    measured: Measurements  # the checks' measurements: none yet (a gr.State)
+    method: str | Keep = KEEP
+    budget: int | Keep = KEEP  # 0: each step's own budget
+    fixed_share: bool | Keep = KEEP
+    share: float | Keep = KEEP
+    rho: float | Keep = KEEP
+    depth: int | Keep = KEEP
+    order: str | Keep = KEEP
+    branching: int | Keep = KEEP
+    bigram: bool | Keep = KEEP
+
+
+def open_run(run: RunRecord | None) -> Opened:
+    """Take a run into the Lab."""
     why = cannot_rebuild(run)
     if why:
-        return (None, why, gr.Slider(0, 1, value=0, interactive=False), None, cost_chart(run, None),
-                depth_chart(run), None, {}, *[gr.skip()] * 8)
+        return Opened(run=None, status=why, step=gr.Slider(0, 1, value=0, interactive=False), sweep=None,
+                      costs=cost_chart(run, None), by_depth=depth_chart(run), curves=None, measured={})
     config = GooseConfig.from_dict(run.config)
     curves = estimates(run)
     status = (f"{run.method} on {run.model}: {len(run.steps)} steps, τ {run.totals.tau:.2f}. Pick a step and change "
@@ -211,29 +235,43 @@ def open_run(run: RunRecord | None) -> tuple:
     last = len(run.steps) - 1
     fixed = config.spine_share is not None
     method = run.method if run.method in lab_methods() else SpineTree.name
-    return (run, status, gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), sweep_chart(curves),
-            cost_chart(run, curves, method=method), depth_chart(run), curves, {},
-            method, 0, fixed, config.spine_share if fixed else 0.5, config.spine_branch_share,
-            config.max_branch_depth, ORDER_LABELS[config.branch_order], config.branching, config.use_bigram)
+    return Opened(run=run, status=status, step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0),
+                  sweep=sweep_chart(curves), costs=cost_chart(run, curves, method=method), by_depth=depth_chart(run),
+                  curves=curves, measured={}, method=method, budget=0, fixed_share=fixed,
+                  share=config.spine_share if fixed else 0.5, rho=config.spine_branch_share,
+                  depth=config.max_branch_depth, order=ORDER_LABELS[config.branch_order], branching=config.branching,
+                  bigram=config.use_bigram)
+
+
+@dataclass
+class Rebuilt:
+    """A step rebuilt at the chosen setting."""
+
+    verdict: str  # what the rebuilt tree would have accepted, beside what the real one did
+    real_tree: str
+    rebuilt_tree: str
+    run_chart: go.Figure | None  # accepted length per step, real and at the setting (None: cannot replay whole)
 
 
 def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
-            depth: Any, order: str, branching: Any, bigram: bool) -> tuple[str, str, str, go.Figure | None]:
-    """The verdict, the real and the rebuilt tree of the chosen step, and the run chart for the setting."""
+            depth: Any, order: str, branching: Any, bigram: bool) -> Rebuilt:
+    """The chosen step's tree rebuilt at the setting, and the whole run replayed at it."""
     if run is None:
-        return "", tree_iframe(None), tree_iframe(None), None
+        return Rebuilt(verdict="", real_tree=tree_iframe(None), rebuilt_tree=tree_iframe(None), run_chart=None)
     step = run.steps[min(max(0, int(index or 0)), len(run.steps) - 1)]
     settings = settings_from(method, budget, fixed_share, share, rho, depth, order, branching, bigram)
     try:
         result = what_if(run, step.index, **settings)
     except NoReplayDataError as error:
-        return _fail(str(error)), tree_iframe(step, TREE_HEIGHT), tree_iframe(None), None
+        return Rebuilt(verdict=_fail(str(error)), real_tree=tree_iframe(step, TREE_HEIGHT),
+                       rebuilt_tree=tree_iframe(None), run_chart=None)
     except (ValueError, TypeError) as error:
         raise gr.Error(f"These settings cannot be rebuilt: {error}") from error
     chart = run_chart(run, replay_whole(run, settings))
     rebuilt = tree_iframe(rebuilt_step(run, step, result), TREE_HEIGHT).replace(
         'title="speculation tree', 'title="rebuilt tree', 1)
-    return verdict_html(run, step, result), tree_iframe(step, TREE_HEIGHT), rebuilt, chart
+    return Rebuilt(verdict=verdict_html(run, step, result), real_tree=tree_iframe(step, TREE_HEIGHT),
+                   rebuilt_tree=rebuilt, run_chart=chart)
 
 
 # ---------------------------------------------------------------- checking the estimate with a real run
@@ -281,15 +319,24 @@ def check_html(lines: list[str], note: str = "") -> str:
             f"</ul>{tail}</div>")
 
 
+@dataclass
+class Checked:
+    """Estimates checked against real runs."""
+
+    checks: str  # one line per setting run for real, and a note (stopped, skipped budgets)
+    sweep: go.Figure | None  # the budget sweep with the measurements drawn in
+    measured: Measurements  # every measurement so far (a gr.State)
+
+
 def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any] | None,
           measured: Measurements | None, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
           depth: Any, order: str, branching: Any, bigram: bool, whole_sweep: bool = False, session: str | None = None,
-          progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> tuple:
+          progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> Checked:
     """Run the model at the chosen setting (or, with `whole_sweep`, at every budget of the sweep for the chosen
     method) on the run's prompt, beside autoregressive decoding, and set each measurement beside its estimate.
 
-    Returns the verdict, the sweep chart with the measurements drawn in, and the measurements. Stop or the
-    server's time limit end the check within a step of the real run in flight; what was measured stays."""
+    Stop or the server's time limit end the check within a step of the real run in flight; what was measured
+    stays."""
     if run is None:
         raise gr.Error("Open a run in the Lab first.")
     if cannot_rebuild(run) or curves is None:
@@ -331,7 +378,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
                 measured.setdefault(result.method, {})[int(base)] = (result.measured.tau, result.measured.speedup)
     finally:
         guard.release()
-    return check_html(lines, "; ".join(notes)), sweep_chart(curves, measured), measured
+    return Checked(checks=check_html(lines, "; ".join(notes)), sweep=sweep_chart(curves, measured), measured=measured)
 
 
 # ---------------------------------------------------------------- layout
@@ -379,11 +426,10 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
                 "own sources and the cost of a verification pass measured where it ran (the star: the budget with "
                 "the most estimated tokens per second). *Check with a real run* runs the model at the chosen "
                 "setting on the run's prompt (and plain autoregressive decoding once) and draws what it measured "
-                "beside the estimate. Far above the budgets the run itself drafted, the estimated τ is a lower "
-                "bound: a big tree recycles the rows of its own rejected nodes, which a recording of small trees "
-                "never computed (measured at budget 64 over 20 prompts: -14% for runs recorded with "
-                "`shadow_budget=64`, as the library's what-if check records them; before best-first branches and "
-                "the warm start, -8% with that shadow and -13% without one, as Explore records).")
+                "beside the estimate, with the error of each. Far above the budgets the run itself drafted, the "
+                "estimated τ is a lower bound: a big tree recycles the rows of its own rejected nodes, which a "
+                "recording of small trees never computed. Check the whole sweep to see how far off it is for "
+                "this run.")
     with gr.Row():
         with gr.Column(scale=3):
             sweep_plot = gr.Plot(label="budget sweep", elem_id="lab-sweep")
@@ -399,22 +445,27 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
             stop_button = gr.Button("Stop", variant="stop", elem_id="lab-stop", scale=1)
         checked = gr.HTML(elem_id="lab-check")
 
-    controls = [lab_run, step, method, budget, fixed_share, share, rho, depth, order, branching, bigram]
-    outputs = [verdict, real_tree, rebuilt_tree, chart]
+    shape = {"method": method, "budget": budget, "fixed_share": fixed_share, "share": share, "rho": rho,
+             "depth": depth, "order": order, "branching": branching, "bigram": bigram}
+    page = {"run": lab_run, "status": status, "step": step, **shape, "verdict": verdict, "real_tree": real_tree,
+            "rebuilt_tree": rebuilt_tree, "by_depth": by_depth, "run_chart": chart, "sweep": sweep_plot,
+            "costs": cost_plot, "curves": lab_curves, "measured": lab_measured}
+    controls = [lab_run, step, *shape.values()]  # rebuild's inputs
 
-    def pick(name: str, *states: RunRecord | None) -> tuple:
+    def pick(name: str, *states: RunRecord | None) -> Opened:
         return open_run(dict(zip(runs, states)).get(name))
 
-    shape = [method, budget, fixed_share, share, rho, depth, order, branching, bigram]
-    open_button.click(pick, [source, *runs.values()],
-                      [lab_run, status, step, sweep_plot, cost_plot, by_depth, lab_curves, lab_measured, *shape]).then(
-        rebuild, controls, outputs, show_progress="hidden")
+    show_rebuilt = bound(rebuild, page)
+    open_button.click(bound(pick, page), [source, *runs.values()], outputs(Opened, page)).then(
+        show_rebuilt, controls, outputs(Rebuilt, page), show_progress="hidden")
     for control in controls[1:]:  # always_last: while one rebuild runs, only the newest pending one follows
-        control.change(rebuild, controls, outputs, trigger_mode="always_last", show_progress="hidden")
+        control.change(show_rebuilt, controls, outputs(Rebuilt, page), trigger_mode="always_last",
+                       show_progress="hidden")
     normalised.change(cost_chart, [lab_run, lab_curves, normalised, method], cost_plot, show_progress="hidden")
     if check_fn is not None:
+        page["checks"] = checked
         instant = {"concurrency_limit": None, "show_progress": "hidden", "api_visibility": "private"}
         check_button.click(arm_fn, None, None, **instant).then(  # private: its inputs are the page's own states
-            check_fn, [lab_run, lab_curves, lab_measured, *shape, whole], [checked, sweep_plot, lab_measured],
-            api_visibility="private", **(model_queue or {}))
+            bound(check_fn, page), [lab_run, lab_curves, lab_measured, *shape.values(), whole],
+            outputs(Checked, page), api_visibility="private", **(model_queue or {}))
         stop_button.click(stop_fn, None, None, **instant)

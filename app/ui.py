@@ -10,7 +10,7 @@ so two visitors never run the model at once and each sees their place in line.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 
 import gradio as gr
@@ -20,6 +20,7 @@ from app import callbacks, lab
 from app.gpu import on_gpu
 from app.limits import Limits
 from app.models import ModelRegistry
+from app.outputs import Components, bound, outputs
 from app.race_lanes import lanes_iframe
 from goose.drafters import SpineTree
 
@@ -48,7 +49,7 @@ def load_examples() -> list[dict[str, str]]:
 
 @dataclass
 class RunViewer:
-    """The components that show one run: counters, coloured text, step scrubber, tree, download."""
+    """The components that show one run, named as the fields of callbacks.RunView."""
 
     run: gr.State
     stats: gr.HTML
@@ -58,9 +59,9 @@ class RunViewer:
     download: gr.DownloadButton
 
     @property
-    def outputs(self) -> list[gr.components.Component]:
-        """In the order callbacks.view_run returns them."""
-        return [self.text, self.stats, self.run, self.step, self.tree, self.download]
+    def components(self) -> Components:
+        """Each component by its field name, as app.outputs binds a RunView to them."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
 
 
 def run_viewer(prefix: str) -> RunViewer:
@@ -78,11 +79,13 @@ def run_viewer(prefix: str) -> RunViewer:
     tree = gr.HTML(callbacks.tree_iframe(None), label="tree", elem_id=f"{prefix}-tree")
     download = gr.DownloadButton("Download this run as a JSON trace", interactive=False, size="sm",
                                  elem_id=f"{prefix}-download")
+    viewer = RunViewer(run, stats, text, step, tree, download)
     quiet = {"show_progress": "hidden", "api_visibility": "private", "concurrency_limit": None}
     step.release(callbacks.show_step, [run, step], tree, **quiet)
-    previous.click(partial(callbacks.move_step, delta=-1), [run, step], [step, tree], **quiet)
-    following.click(partial(callbacks.move_step, delta=1), [run, step], [step, tree], **quiet)
-    return RunViewer(run, stats, text, step, tree, download)
+    for button, delta in ((previous, -1), (following, 1)):
+        button.click(bound(partial(callbacks.move_step, delta=delta), viewer.components), [run, step], [step, tree],
+                     **quiet)
+    return viewer
 
 
 def model_box(registry: ModelRegistry, default_model: str | None, elem_id: str) -> gr.components.Component:
@@ -176,8 +179,9 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                             stop_button = gr.Button("Stop", variant="stop", elem_id="explore-stop")
                 explore = run_viewer("explore")
                 go_button.click(arm, None, None, api_visibility="private", **instant).then(
-                    run_explore, [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head],
-                    explore.outputs, api_name="explore", **model_queue)
+                    bound(run_explore, explore.components),
+                    [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head],
+                    outputs(callbacks.RunView, explore.components), api_name="explore", **model_queue)
                 stop_button.click(stop, None, None, api_name="stop", **instant)
 
             with gr.Tab("Race", id="race"):
@@ -217,10 +221,12 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                     sources = gr.Plot(label="acceptance by source", elem_id="race-sources")
                 table = gr.Dataframe(headers=callbacks.RACE_COLUMNS, label="Numbers", interactive=False,
                                      elem_id="race-table")
+                race_board = {"badge": badge, "lanes": lanes, "download": race_download, "speed": speed, "tau": tau,
+                              "speedup": speedup, "lengths": lengths, "sources": sources, "table": table}
                 race_button.click(arm, None, None, api_visibility="private", **instant).then(
-                    run_race, [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head],
-                    [speed, tau, speedup, lengths, sources, table, badge, lanes, race_download], api_name="race",
-                    **model_queue)
+                    bound(run_race, race_board),
+                    [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head],
+                    outputs(callbacks.RaceView, race_board), api_name="race", **model_queue)
                 race_stop.click(stop, None, None, api_visibility="undocumented", **instant)
 
             with gr.Tab("Replay", id="replay"):
@@ -235,10 +241,12 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                         open_example = gr.Button("Open example", elem_id="replay-open")
                 replay_lanes = gr.HTML(lanes_iframe(None), label="race lanes", elem_id="replay-lanes")
                 replay = run_viewer("replay")
-                upload.upload(callbacks.replay, upload, [*replay.outputs, replay_lanes], api_name="replay",
-                              concurrency_limit=None)
-                open_example.click(callbacks.load_example_trace, example, [*replay.outputs, replay_lanes],
-                                   api_name="replay_example", concurrency_limit=None)
+                replayed = {**replay.components, "lanes": replay_lanes}
+                upload.upload(bound(callbacks.replay, replayed), upload, outputs(callbacks.ReplayView, replayed),
+                              api_name="replay", concurrency_limit=None)
+                open_example.click(bound(callbacks.load_example_trace, replayed), example,
+                                   outputs(callbacks.ReplayView, replayed), api_name="replay_example",
+                                   concurrency_limit=None)
 
             with gr.Tab("Lab", id="lab"):
                 lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run}, check_fn=run_lab_check,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import re
 import threading
+from dataclasses import fields
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -15,6 +17,7 @@ from tiny import tiny_gemma3, tiny_llama
 import goose
 from app import callbacks
 from app.models import ModelRegistry, canonical_name
+from app.outputs import KEEP, bound, outputs
 from app.race_trace import load_race
 from app.tree_view import strip_remote_resources, tree_iframe, tree_page
 from goose import bench, metrics
@@ -45,22 +48,24 @@ def _last(iterator):
 
 
 def test_explore_streams_then_shows_text_tree_and_download(registry: ModelRegistry) -> None:
-    updates = list(callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "goose", "24", 40))
-    text, stats, run, slider, tree, download = updates[-1]
+    *streamed, shown = callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "goose", "24", 40)
+    assert streamed and all(view.run is view.tree is view.download is KEEP for view in streamed), \
+        "while it streams, only the text and the counters change"
+    run = shown.run
     assert isinstance(run, goose.RunRecord) and run.totals.new_tokens == 40
-    assert 'class="tok tok-spine"' in text and "tok-bonus" in text
-    assert "τ" in stats and f"{run.totals.tau:.2f}" in stats
-    assert slider.maximum == len(run.steps) - 1
-    assert tree.startswith("<iframe") and "srcdoc=" in tree
-    assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
+    assert 'class="tok tok-spine"' in shown.text and "tok-bonus" in shown.text
+    assert "τ" in shown.stats and f"{run.totals.tau:.2f}" in shown.stats
+    assert shown.step.maximum == len(run.steps) - 1
+    assert shown.tree.startswith("<iframe") and "srcdoc=" in shown.tree
+    assert goose.RunRecord.load(shown.download.value["path"]).tokens == run.tokens
 
 
 def test_explore_samples_with_a_seed_and_explains_acceptance(registry: ModelRegistry) -> None:
     first = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, 0.9, 0, 0.95, "5"))
     again = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, 0.9, 0, 0.95, "5"))
-    run = first[2]
-    assert run.sampling["temperature"] == 0.9 and run.tokens == again[2].tokens
-    assert first[4].startswith("<iframe")
+    run = first.run
+    assert run.sampling["temperature"] == 0.9 and run.tokens == again.run.tokens
+    assert first.tree.startswith("<iframe")
     assert any("accept probability" in tree_page(step) for step in run.steps)
     with pytest.raises(gr.Error, match="seed must be a whole number"):
         next(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, 0.9, 0, 0.95, "abc"))
@@ -104,32 +109,50 @@ def test_tree_iframe_escapes_the_page(run: goose.RunRecord) -> None:
 
 
 def test_scrubbing_moves_between_steps_and_clamps(run: goose.RunRecord) -> None:
-    index, tree = callbacks.move_step(run, 0, 1)
-    assert index == 1 and tree == callbacks.show_step(run, 1) != callbacks.show_step(run, 0)
-    assert callbacks.move_step(run, 0, -1)[0] == 0
-    assert callbacks.move_step(run, len(run.steps) - 1, 1)[0] == len(run.steps) - 1
-    assert callbacks.move_step(None, 3, 1)[0] == 0
+    moved = callbacks.move_step(run, 0, 1)
+    assert moved.step == 1 and moved.tree == callbacks.show_step(run, 1) != callbacks.show_step(run, 0)
+    assert moved.text is moved.run is KEEP, "scrubbing changes only the step and its tree"
+    assert callbacks.move_step(run, 0, -1).step == 0
+    assert callbacks.move_step(run, len(run.steps) - 1, 1).step == len(run.steps) - 1
+    assert callbacks.move_step(None, 3, 1).step == 0
+
+
+def test_outputs_reach_the_components_of_their_names(run: goose.RunRecord) -> None:
+    with gr.Blocks():
+        viewer = {field.name: gr.HTML() for field in fields(callbacks.RunView)}
+    assert outputs(callbacks.RunView, viewer) == [viewer[name] for name in ("text", "stats", "run", "step", "tree",
+                                                                            "download")], "the API's order"
+    moved = bound(callbacks.move_step, viewer)(run, 0, delta=1)
+    assert moved == {viewer["step"]: 1, viewer["tree"]: callbacks.show_step(run, 1)}, "KEEP fields stay out"
+    streamed = bound(callbacks.explore, viewer)
+    assert inspect.isgeneratorfunction(streamed), "Gradio streams what a generator yields"
+    assert inspect.signature(streamed) == inspect.signature(callbacks.explore), "Gradio reads the parameters"
+    with pytest.raises(KeyError, match="lanes"):
+        outputs(callbacks.ReplayView, viewer)
 
 
 def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -> None:
-    *figures, table, badge, lanes, download = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["pld"], "16",
-                                                             24, progress=lambda *a, **k: None)
-    assert len(figures) == 5 and all(isinstance(f, go.Figure) for f in figures)
+    raced = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["pld"], "16", 24, progress=lambda *a, **k: None)
+    titles = {"speed": "Tokens per second", "tau": "τ", "speedup": "Speed-up", "lengths": "Accepted length",
+              "sources": "Acceptance"}
+    for name, title in titles.items():
+        figure = getattr(raced, name)
+        assert isinstance(figure, go.Figure) and figure.layout.title.text.startswith(title), name
+    table = raced.table
     assert list(table["method"]) == ["autoregressive", "pld", "balanced", "goose"]
     assert list(table["same tokens as AR"]) == ["yes"] * 4
-    assert "goose-badge-ok" in badge and "lossless" in badge
-    assert figures[0].data[0].x == ("autoregressive", "pld", "balanced", "goose")
-    assert lanes.startswith('<iframe class="goose-lanes"')
-    assert list(load_race(download.value["path"])) == list(table["method"])
+    assert "goose-badge-ok" in raced.badge and "lossless" in raced.badge
+    assert raced.speed.data[0].x == ("autoregressive", "pld", "balanced", "goose")
+    assert raced.lanes.startswith('<iframe class="goose-lanes"')
+    assert list(load_race(raced.download.value["path"])) == list(table["method"])
 
 
 def test_full_head_checkbox_reaches_explore_and_every_racer(registry: ModelRegistry) -> None:
-    run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 12, 0.0, 0, 1.0, "", True))[2]
+    run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 12, 0.0, 0, 1.0, "", True)).run
     assert run.head == "full"
-    *_, table, badge, lanes, download = callbacks.race(registry, LIST_PROMPT, "tiny-llama", [], "16", 12, True,
-                                                       progress=lambda *a, **k: None)
-    assert list(table["same tokens as AR"]) == ["yes"] * 3 and "goose-badge-ok" in badge
-    assert all(run.head == "full" for run in load_race(download.value["path"]).values())
+    raced = callbacks.race(registry, LIST_PROMPT, "tiny-llama", [], "16", 12, True, progress=lambda *a, **k: None)
+    assert list(raced.table["same tokens as AR"]) == ["yes"] * 3 and "goose-badge-ok" in raced.badge
+    assert all(run.head == "full" for run in load_race(raced.download.value["path"]).values())
 
 
 def test_badge_flags_a_method_whose_output_differs(run: goose.RunRecord) -> None:
@@ -210,8 +233,8 @@ def test_a_file_that_is_not_a_trace_is_refused(tmp_path) -> None:
 
 
 def test_a_downloaded_trace_replays_without_a_model(run: goose.RunRecord) -> None:
-    text, _, replayed, _, tree, _ = callbacks.load_trace(callbacks.save_trace(run))
-    assert replayed.tokens == run.tokens and "tok-spine" in text and tree.startswith("<iframe")
+    shown = callbacks.load_trace(callbacks.save_trace(run))
+    assert shown.run.tokens == run.tokens and "tok-spine" in shown.text and shown.tree.startswith("<iframe")
 
 
 def test_shipped_example_traces_load_and_stay_small() -> None:
@@ -219,8 +242,8 @@ def test_shipped_example_traces_load_and_stay_small() -> None:
     assert names, "assets/traces should ship at least one example trace"
     for name in names:
         assert (callbacks.EXAMPLE_TRACES / name).stat().st_size < 1_000_000
-        _, _, run, _, tree, _, lanes = callbacks.load_example_trace(name)
-        assert run.steps and "iframe" in tree and "goose-lanes" in lanes
+        shown = callbacks.load_example_trace(name)
+        assert shown.run.steps and "iframe" in shown.tree and "goose-lanes" in shown.lanes
     with pytest.raises(gr.Error):
         callbacks.load_example_trace("nope.json")
 

@@ -123,11 +123,11 @@ def test_a_visitor_cannot_exceed_the_limits(registry: ModelRegistry, prompt, bud
 
 
 def test_the_time_limit_stops_a_run_cleanly_and_keeps_what_it_made(registry: ModelRegistry) -> None:
-    text, stats, run, _, tree, download = list(callbacks.explore(
-        registry, LIST_PROMPT, "slow", "goose", "8", 400, limits=Limits(max_run_s=0.3)))[-1]
+    shown = list(callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 400, limits=Limits(max_run_s=0.3)))[-1]
+    run = shown.run
     assert run.stop_reason == TIME_LIMIT and 0 < run.totals.new_tokens < 400
-    assert "limit of 0.3 s" in stats and tree.startswith("<iframe")
-    assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
+    assert "limit of 0.3 s" in shown.stats and shown.tree.startswith("<iframe")
+    assert goose.RunRecord.load(shown.download.value["path"]).tokens == run.tokens
     full = goose.generate(registry.get("slow"), LIST_PROMPT, "goose", 400, 8)
     assert full.tokens[:len(run.tokens)] == run.tokens, "a stopped run is a prefix of the full one"
 
@@ -138,32 +138,32 @@ def test_stop_ends_the_run_within_one_step_and_the_next_run_works(registry: Mode
     updates = callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 400, session="visitor")
     next(updates)  # the first step has streamed to the page
     callbacks.stop("visitor")
-    text, stats, run, slider, tree, download = list(updates)[-1]
-    assert run.stop_reason == STOPPED and "stopped after" in stats
+    shown = list(updates)[-1]
+    run, slider = shown.run, shown.step
+    assert run.stop_reason == STOPPED and "stopped after" in shown.stats
     assert len(run.steps) == 1, "the run must end right after the step in flight"
-    assert "tok-" in text and tree.startswith("<iframe")
+    assert "tok-" in shown.text and shown.tree.startswith("<iframe")
     assert (slider.maximum, slider.value, slider.interactive) == (1, 0, False), "one step: nothing to scrub"
-    assert goose.RunRecord.load(download.value["path"]).tokens == run.tokens
-    again = list(callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 24, session="visitor"))[-1][2]
+    assert goose.RunRecord.load(shown.download.value["path"]).tokens == run.tokens
+    again = list(callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 24, session="visitor"))[-1].run
     assert again.stop_reason == "max_new_tokens" and again.totals.new_tokens == 24
 
 
 def test_stop_belongs_to_one_session(registry: ModelRegistry) -> None:
     callbacks.stop("someone-else")
-    run = list(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, session="me"))[-1][2]
+    run = list(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, session="me"))[-1].run
     assert run.stop_reason == "max_new_tokens"
     callbacks.arm("someone-else")
 
 
 def test_a_stopped_race_shows_what_ran_and_compares_only_finished_runs(registry: ModelRegistry) -> None:
     callbacks.stop("racer")  # pressed while the race waits in the queue: it runs one step, then stops
-    *_, table, badge, lanes, download = callbacks.race(registry, LIST_PROMPT, "slow", [], "8", 200,
-                                                       session="racer", **NO_PROGRESS)
-    assert list(table["method"]) == ["autoregressive"]
-    assert "Race cut short" in badge and "balanced" in badge and "goose-badge-bad" not in badge
-    runs = load_race(download.value["path"])
+    raced = callbacks.race(registry, LIST_PROMPT, "slow", [], "8", 200, session="racer", **NO_PROGRESS)
+    assert list(raced.table["method"]) == ["autoregressive"]
+    assert "Race cut short" in raced.badge and "balanced" in raced.badge and "goose-badge-bad" not in raced.badge
+    runs = load_race(raced.download.value["path"])
     assert runs["autoregressive"].stop_reason == STOPPED and len(runs["autoregressive"].steps) == 1
-    assert "goose-lanes" in lanes
+    assert "goose-lanes" in raced.lanes
 
 
 # ---------------------------------------------------------------- race lanes and traces
@@ -207,13 +207,12 @@ def test_a_race_trace_round_trips_and_other_files_are_refused(race_runs, tmp_pat
 def test_replay_opens_a_race_trace_with_its_lanes_and_a_run_trace_with_one(race_runs, tmp_path) -> None:
     path = tmp_path / "race.json"
     path.write_text(json.dumps(race_to_dict(race_runs)))
-    text, stats, run, _, tree, _, lanes = callbacks.replay(str(path))
-    assert run.method == "goose" and "race of autoregressive, balanced, goose" in stats
-    assert lanes.count("data-method=") == 3
+    shown = callbacks.replay(str(path))
+    assert shown.run.method == "goose" and "race of autoregressive, balanced, goose" in shown.stats
+    assert shown.lanes.count("data-method=") == 3
     single = tmp_path / "run.json"
     race_runs["balanced"].save(single)
-    *_, lanes = callbacks.replay(str(single))
-    assert lanes.count("data-method=") == 1
+    assert callbacks.replay(str(single)).lanes.count("data-method=") == 1
     broken = tmp_path / "broken.json"
     broken.write_text('{"format": "goose-race/1", "runs": {"goose": {"format": "goose-trace/1"}}}')
     with pytest.raises(gr.Error, match="not a Goose trace"):

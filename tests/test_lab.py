@@ -15,13 +15,13 @@ import goose
 from app import lab
 from app.callbacks import EXAMPLE_TRACES, STOPS
 from app.models import ModelRegistry
+from app.outputs import KEEP
 from app.race_trace import is_race
 from goose import metrics
 from goose.trace import TRACE_FORMAT, NodeRecord, RunRecord, StepRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
 CONTROLS = ("method", "budget", "fixed_share", "share", "rho", "depth", "order", "branching", "bigram")
-SHAPE = 8  # open_run's outputs before the shape controls
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +34,10 @@ def run(model) -> RunRecord:
     return goose.generate(model, PROMPT, "goose", 32, budget=16, record_sources=True, spine_share=0.3, branching=2)
 
 
-def shape_of(run: RunRecord) -> dict:
+def shape_of(run: RunRecord | None) -> dict:
     """The shape controls as opening the run sets them."""
-    return dict(zip(CONTROLS, lab.open_run(run)[SHAPE:]))
+    opened = lab.open_run(run)
+    return {control: getattr(opened, control) for control in CONTROLS}
 
 
 def rebuild(run: RunRecord, index: int = 0, **changes):
@@ -59,21 +60,26 @@ def without_snapshots(run: RunRecord, fmt: str = TRACE_FORMAT) -> RunRecord:
 
 
 def test_open_says_why_a_run_cannot_be_rebuilt(run):
-    state, status, _, sweep, *_ = lab.open_run(None)
-    assert state is None and "Explore" in status and sweep is None
-    state, status, *_ = lab.open_run(without_snapshots(run))
-    assert state is None and "Cannot rebuild" in status and "record_sources=True" in status
+    nothing = lab.open_run(None)
+    assert nothing.run is None and "Explore" in nothing.status and nothing.sweep is None
+    assert all(value is KEEP for value in shape_of(None).values()), "the controls stay as they are"
+    bare = lab.open_run(without_snapshots(run))
+    assert bare.run is None and "Cannot rebuild" in bare.status and "record_sources=True" in bare.status
 
 
 def test_own_settings_reproduce_the_real_step(run):
-    state, status, slider, sweep, costs, depth, curves, measured, *shape = lab.open_run(run)
-    assert state is run and f"{len(run.steps)} steps" in status and sweep.data and measured == {}
-    assert set(curves) == set(lab.SWEEP_METHODS) and costs.data and depth.data
-    assert shape == ["goose", 0, True, 0.3, 0.5, 6, "best first", 2, True], "the controls start at the run's own shape"
+    opened = lab.open_run(run)
+    assert opened.run is run and f"{len(run.steps)} steps" in opened.status and opened.sweep.data
+    assert opened.measured == {} and set(opened.curves) == set(lab.SWEEP_METHODS)
+    assert opened.costs.data and opened.by_depth.data
+    assert shape_of(run) == {"method": "goose", "budget": 0, "fixed_share": True, "share": 0.3, "rho": 0.5,
+                             "depth": 6, "order": "best first", "branching": 2, "bigram": True}, \
+        "the controls start at the run's own shape"
     for index in range(len(run.steps)):
-        verdict, real, rebuilt, chart = rebuild(run, index)
-        assert would(verdict)[0] == would(verdict)[1] == run.steps[index].accepted_length
-        assert 'title="rebuilt tree of step' in rebuilt and "speculation tree of step" in real
+        rebuilt = rebuild(run, index)
+        assert would(rebuilt.verdict)[0] == would(rebuilt.verdict)[1] == run.steps[index].accepted_length
+        assert 'title="rebuilt tree of step' in rebuilt.rebuilt_tree and "speculation tree of step" in rebuilt.real_tree
+    chart = rebuilt.run_chart
     assert list(chart.data[0].y) == [s.accepted_length for s in run.steps]
     own = goose.run_what_if(run)  # the recorded run replayed step for step (the last one cut where it stopped)
     assert list(chart.data[1].y) == own.accepted and len(own.accepted) == len(run.steps)
@@ -82,10 +88,10 @@ def test_own_settings_reproduce_the_real_step(run):
 
 def test_budget_and_spine_share_change_the_rebuilt_tree(run):
     index = max(range(len(run.steps)), key=lambda i: len(run.steps[i].snapshot.match))
-    trees = {rebuild(run, index, budget=b)[2] for b in (2, 12, 48)}
+    trees = {rebuild(run, index, budget=b).rebuilt_tree for b in (2, 12, 48)}
     assert len(trees) == 3
     assert run.steps[index].snapshot.match, "the prompt repeats itself: some step has a context match"
-    shares = {rebuild(run, index, budget=4, fixed_share=True, share=s)[2] for s in (0.0, 1.0)}
+    shares = {rebuild(run, index, budget=4, fixed_share=True, share=s).rebuilt_tree for s in (0.0, 1.0)}
     assert len(shares) == 2, "a small tree has no spine at share 0, only spine at share 1"
 
 
@@ -100,8 +106,8 @@ def test_the_branch_order_control_rebuilds_the_papers_tree(run):
         if (best.tree.tokens, best.tree.parents) != (breadth.tree.tokens, breadth.tree.parents):
             differ.append(index)
     assert differ, "the two orders never built different trees: the control would show nothing"
-    drawn = rebuild(run, differ[0], budget=12, order="breadth-first (the paper)")[2]
-    assert drawn != rebuild(run, differ[0], budget=12)[2]
+    drawn = rebuild(run, differ[0], budget=12, order="breadth-first (the paper)").rebuilt_tree
+    assert drawn != rebuild(run, differ[0], budget=12).rebuilt_tree
 
 
 def test_rebuilt_step_marks_the_accepted_path_and_tried_children(run):
@@ -123,12 +129,13 @@ def shipped_runs() -> list:
 def test_a_shipped_trace_opens_in_the_lab_with_its_device(path):
     run = RunRecord.load(path)
     assert json.loads(path.read_text())["format"] == TRACE_FORMAT, "make_traces records shipped traces anew"
-    state, status, _, sweep, costs, depth, curves, *_ = lab.open_run(run)
-    assert state is run and "Cannot rebuild" not in status, "shipped traces carry source snapshots"
-    device = costs.data[0]
+    opened = lab.open_run(run)
+    assert opened.run is run and "Cannot rebuild" not in opened.status, "shipped traces carry source snapshots"
+    device = opened.costs.data[0]
     assert device.name == lab.THIS_DEVICE and list(device.x) == sorted(run.costs)
-    assert depth.data, "acceptance by source and depth is drawn"
-    assert sweep is not None and curves and "older format" not in status, "it replays whole: sweep and best budget"
+    assert opened.by_depth.data, "acceptance by source and depth is drawn"
+    assert opened.sweep is not None and opened.curves and "older format" not in opened.status, \
+        "it replays whole: sweep and best budget"
 
 
 def test_a_format_2_trace_rebuilds_steps_but_says_it_cannot_replay_whole():
@@ -136,16 +143,16 @@ def test_a_format_2_trace_rebuilds_steps_but_says_it_cannot_replay_whole():
     run.prefill_rows = None  # what format 2 lacked: the passes' adjacency rows and the trees' shapes
     for step in run.steps:
         step.rows = step.shape = None
-    state, status, _, sweep, *_ = lab.open_run(run)
-    assert state is run and "Cannot rebuild" not in status
-    assert sweep is None and "older format" in status
+    opened = lab.open_run(run)
+    assert opened.run is run and "Cannot rebuild" not in opened.status
+    assert opened.sweep is None and "older format" in opened.status
 
 
 def test_an_old_format_trace_cannot_be_rebuilt(run):
     old = without_snapshots(run, "goose-trace/1")
-    state, status, _, sweep, costs, *_ = lab.open_run(old)
-    assert state is None and "Cannot rebuild" in status and sweep is None
-    assert costs.data, "the device's cost curve shows all the same"
+    opened = lab.open_run(old)
+    assert opened.run is None and "Cannot rebuild" in opened.status and opened.sweep is None
+    assert opened.costs.data, "the device's cost curve shows all the same"
 
 
 # ---------------------------------------------------------------- the device
@@ -225,29 +232,27 @@ def checked(registry, run, monkeypatch, results, whole_sweep=False, press_after=
 
     monkeypatch.setattr(lab, "run_what_if", fake)
     shape = {**shape_of(run), **changes}
-    verdict, figure, measured = lab.check(registry, run, lab.estimates(run), {}, *shape.values(), whole_sweep,
-                                          "lab-test")
-    return verdict, figure, measured, calls
+    return lab.check(registry, run, lab.estimates(run), {}, *shape.values(), whole_sweep, "lab-test"), calls
 
 
 def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypatch):
-    verdict, figure, measured, calls = checked(registry, run, monkeypatch, [fake_result(2.4, 1.5, 2.0, 1.2)],
-                                               budget=12)
+    result, calls = checked(registry, run, monkeypatch, [fake_result(2.4, 1.5, 2.0, 1.2)], budget=12)
     assert calls[0]["budget"] == 12 and calls[0]["method"] == "goose"
-    text = re.sub("<[^>]+>", "", verdict)
+    text = re.sub("<[^>]+>", "", result.checks)
     assert "estimated τ 2.40, measured 2.00 (error +20.0%)" in text
     assert "estimated speed-up 1.50x, measured 1.20x (error +25.0%)" in text
-    assert measured == {"goose": {12: (2.0, 1.2)}}
-    diamonds = [t for t in figure.data if t.name == "goose measured"]
+    assert result.measured == {"goose": {12: (2.0, 1.2)}}
+    diamonds = [t for t in result.sweep.data if t.name == "goose measured"]
     assert [list(t.x) for t in diamonds] == [[12], [12]] and [list(t.y) for t in diamonds] == [[2.0], [1.2]]
 
 
 def test_check_of_the_whole_sweep_stops_when_stop_is_pressed(registry, run, monkeypatch):
     results = [fake_result(2.0, 1.0, 2.0, 1.0)] * len(lab.SWEEP_BUDGETS)
-    verdict, _, measured, calls = checked(registry, run, monkeypatch, results, whole_sweep=True, press_after=2)
+    result, calls = checked(registry, run, monkeypatch, results, whole_sweep=True, press_after=2)
     assert [c["budget"] for c in calls] == list(lab.SWEEP_BUDGETS[:2]), "no real run starts after Stop"
-    assert "you pressed Stop" in verdict and f"{len(lab.SWEEP_BUDGETS) - 2} of {len(lab.SWEEP_BUDGETS)}" in verdict
-    assert list(measured["goose"]) == list(lab.SWEEP_BUDGETS[:2]), "the runs that ended are measurements"
+    left = f"{len(lab.SWEEP_BUDGETS) - 2} of {len(lab.SWEEP_BUDGETS)}"
+    assert "you pressed Stop" in result.checks and left in result.checks
+    assert list(result.measured["goose"]) == list(lab.SWEEP_BUDGETS[:2]), "the runs that ended are measurements"
     assert not STOPS.pressed("lab-test"), "the switch is cleared when the check ends"
 
 
@@ -260,9 +265,8 @@ def test_check_says_when_the_runs_model_is_not_offered(run, monkeypatch):
 def test_check_runs_the_model_for_real(registry, model):
     short = goose.generate(model, PROMPT, "goose", 12, budget=8, record_sources=True)
     curves = lab.estimates(short)
-    shape = dict(zip(CONTROLS, lab.open_run(short)[SHAPE:]))
-    verdict, figure, measured = lab.check(registry, short, curves, {}, *{**shape, "budget": 8}.values(), False)
-    real_tau = measured["goose"][8][0]
+    result = lab.check(registry, short, curves, {}, *{**shape_of(short), "budget": 8}.values(), False)
+    real_tau = result.measured["goose"][8][0]
     assert real_tau == pytest.approx(short.totals.tau), "the same setting on the same prompt: the same passes"
-    assert f"measured {real_tau:.2f}" in re.sub("<[^>]+>", "", verdict)
-    assert any(t.name == "goose measured" for t in figure.data)
+    assert f"measured {real_tau:.2f}" in re.sub("<[^>]+>", "", result.checks)
+    assert any(t.name == "goose measured" for t in result.sweep.data)
