@@ -176,9 +176,11 @@ class Generation:
             self.matcher.extend([token])
             if token in self.target.eos:
                 reason = "eos"
-                break
-            if len(run.tokens) >= run.max_new_tokens:
+            elif len(run.tokens) >= run.max_new_tokens:
                 reason = "max_new_tokens"
+            else:
+                reason = self.target.ends_after(len(run.tokens))
+            if reason:
                 break
         text = self.target.text(run.tokens)
         for stop in self.stop:
@@ -236,7 +238,8 @@ class Recorder(Observer):
 
     def prefilled(self, generation: Generation, keyed_rows: list) -> None:
         generation.run.prefill_rows = list(keyed_rows)
-        self._name_tokens(generation, [row for _, _, row in keyed_rows])
+        prompt = [(token, 1.0) for token in generation.prompt_tokens]  # a spine copies them
+        self._name_tokens(generation, [prompt, *(row for _, _, row in keyed_rows)])
 
     def drafted(self, generation: Generation, state: DraftState, tree: DraftTree) -> None:
         self._shape = generation.drafter.shape_for(state)

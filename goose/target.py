@@ -61,6 +61,10 @@ class Target(Protocol):
         and, with a table, each node's row. The accepted path stays committed."""
         ...
 
+    def ends_after(self, new_tokens: int) -> str:
+        """Why the target's continuation ends after `new_tokens` new tokens (a recording's end), or ''."""
+        ...
+
     def text(self, tokens: Sequence[int]) -> str:
         """The text of the new tokens."""
         ...
@@ -132,6 +136,9 @@ class ModelTarget:
         self.verifier.truncate(self.verifier.prefix_length)
         top = self.walker.head.top(hidden, table.top_k)
         return list(table.rows(top.indices, top.values))
+
+    def ends_after(self, new_tokens: int) -> str:
+        return ""  # the model goes on as long as the loop asks
 
     def text(self, tokens: Sequence[int]) -> str:
         return self.goose_model.decode(list(tokens))

@@ -216,7 +216,7 @@ class RecordedTarget:
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
         self.run = run
         self.model, self.head = run.model, run.head
-        self.eos = {run.tokens[-1]} if run.stop_reason == "eos" else set()
+        self.eos: set[int] = set()  # the recording ends where it ends (ends_after), for whatever reason it did
         self.tokens = list(run.tokens)
         self.sequence = [*run.prompt_tokens, *run.tokens]
         self._prior = recorded_prior(run, config)
@@ -271,6 +271,9 @@ class RecordedTarget:
         return [self._pass_rows.get(context_key(self.sequence, start, path)) or latest.row(token, before)
                 for before, token, path in zip(previous, tree.tokens, node_paths(tree.parents, tree.tokens))]
 
+    def ends_after(self, new_tokens: int) -> str:
+        return (self.run.stop_reason or "end of the recording") if new_tokens >= len(self.tokens) else ""
+
     def text(self, tokens: Sequence[int]) -> str:
         return "".join(self.token_texts(tokens))
 
@@ -296,7 +299,7 @@ def replay_generation(run: RunRecord, method: str, config: GooseConfig) -> Gener
     """The decoding loop over the recording of `run`, drafting with `method` and `config`: iterate it for the
     replayed steps (StepRecords, as a real run's)."""
     check_replayable(run, method)
-    request = Request(tuple(run.prompt_tokens), method, len(run.tokens), config, Sampling(), ())
+    request = Request(tuple(run.prompt_tokens), method, run.max_new_tokens, config, Sampling(), ())
     return Generation(RecordedTarget(run, config), request)
 
 

@@ -50,12 +50,12 @@ def would(verdict: str) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-def without_snapshots(run: RunRecord, fmt: str = TRACE_FORMAT) -> RunRecord:
-    """The run as a trace recorded without source snapshots (or an old format, which had none)."""
+def without_replay_data(run: RunRecord, fmt: str = TRACE_FORMAT) -> RunRecord:
+    """The run as a trace recorded without its sources (or an old format, which had none)."""
     data = json.loads(run.to_json())
-    data["format"] = fmt
+    data["format"], data["prefill_rows"] = fmt, None
     for step in data["steps"]:
-        step["snapshot"] = None
+        step["rows"] = step["shape"] = None
     return RunRecord.from_dict(data)
 
 
@@ -63,7 +63,7 @@ def test_open_says_why_a_run_cannot_be_rebuilt(run):
     nothing = lab.open_run(None)
     assert nothing.run is None and "Explore" in nothing.status and nothing.sweep is None
     assert all(value is KEEP for value in shape_of(None).values()), "the controls stay as they are"
-    bare = lab.open_run(without_snapshots(run))
+    bare = lab.open_run(without_replay_data(run))
     assert bare.run is None and "Cannot rebuild" in bare.status and "record_sources=True" in bare.status
 
 
@@ -87,10 +87,11 @@ def test_own_settings_reproduce_the_real_step(run):
 
 
 def test_budget_and_spine_share_change_the_rebuilt_tree(run):
-    index = max(range(len(run.steps)), key=lambda i: len(run.steps[i].snapshot.match))
+    spine = [sum(node.source == "spine" for node in step.nodes) for step in run.steps]
+    index = max(range(len(run.steps)), key=spine.__getitem__)
     trees = {rebuild(run, index, budget=b).rebuilt_tree for b in (2, 12, 48)}
     assert len(trees) == 3
-    assert run.steps[index].snapshot.match, "the prompt repeats itself: some step has a context match"
+    assert spine[index], "the prompt repeats itself: some step has a context match"
     shares = {rebuild(run, index, budget=4, fixed_share=True, share=s).rebuilt_tree for s in (0.0, 1.0)}
     assert len(shares) == 2, "a small tree has no spine at share 0, only spine at share 1"
 
@@ -130,7 +131,7 @@ def test_a_shipped_trace_opens_in_the_lab_with_its_device(path):
     run = RunRecord.load(path)
     assert json.loads(path.read_text())["format"] == TRACE_FORMAT, "make_traces records shipped traces anew"
     opened = lab.open_run(run)
-    assert opened.run is run and "Cannot rebuild" not in opened.status, "shipped traces carry source snapshots"
+    assert opened.run is run and "Cannot rebuild" not in opened.status, "shipped traces carry their sources"
     device = opened.costs.data[0]
     assert device.name == lab.THIS_DEVICE and list(device.x) == sorted(run.costs)
     assert opened.by_depth.data, "acceptance by source and depth is drawn"
@@ -138,18 +139,8 @@ def test_a_shipped_trace_opens_in_the_lab_with_its_device(path):
         "it replays whole: sweep and best budget"
 
 
-def test_a_format_2_trace_rebuilds_steps_but_says_it_cannot_replay_whole():
-    run = RunRecord.load(EXAMPLE_TRACES / "code-completion.json")
-    run.prefill_rows = None  # what format 2 lacked: the passes' adjacency rows and the trees' shapes
-    for step in run.steps:
-        step.rows = step.shape = None
-    opened = lab.open_run(run)
-    assert opened.run is run and "Cannot rebuild" not in opened.status
-    assert opened.sweep is None and "older format" in opened.status
-
-
 def test_an_old_format_trace_cannot_be_rebuilt(run):
-    old = without_snapshots(run, "goose-trace/1")
+    old = without_replay_data(run, "goose-trace/2")
     opened = lab.open_run(old)
     assert opened.run is None and "Cannot rebuild" in opened.status and opened.sweep is None
     assert opened.costs.data, "the device's cost curve shows all the same"

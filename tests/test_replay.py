@@ -259,3 +259,16 @@ def test_shadow_rows_off_the_continuation_alone_reach_the_fallback_table(models)
         assert len(kept) == len(expected) and all(a is b for a, b in zip(kept, expected))
         left_out += off.count(False)
     assert left_out > 0, "the shadow trees did reach along the continuation"
+
+
+@pytest.mark.parametrize("method", TREE_METHODS)
+def test_a_run_that_stops_early_replays_to_itself(models, method):
+    """A run cut by a stop string drafted its last trees with matches cut to its own max_new_tokens: its replay
+    ends where the recording ends and drafts those trees too."""
+    for goose_model in models:
+        full = goose.generate(goose_model, PROMPTS[1], method, 60)
+        run = goose.generate(goose_model, PROMPTS[1], method, 60, stop=full.text[30:33], record_sources=True)
+        assert run.stop_reason == "stop_string" and len(run.tokens) < 60
+        replayed = run_what_if(run).replayed
+        assert recorded_trees(replayed) == recorded_trees(run) and replayed.tokens == run.tokens
+        assert replayed.stop_reason == run.stop_reason
