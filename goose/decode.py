@@ -24,6 +24,7 @@ from goose.costs import choose_head, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.head import HEAD_CHOICES, head_for, known_head
 from goose.model import GooseModel
+from goose.parallel import agreed_seconds
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
@@ -67,7 +68,7 @@ class Generation:
                              method=request.method, model=goose_model.name,
                              config=request.config.to_dict(), sampling=request.sampling.to_dict(),
                              max_new_tokens=request.max_new_tokens, prompt_tokens=list(self.prompt_tokens),
-                             head=head)
+                             head=head, parallel=goose_model.parallel.to_dict() if goose_model.parallel else None)
         self.eos = eos_ids(goose_model)
         drafter_class = METHODS[request.method]
         tuner = (tuner_for(goose_model, request.method, head, sampled=not request.sampling.greedy)
@@ -121,7 +122,7 @@ class Generation:
             verification = self._verify(tree)
             t2 = time.perf_counter()
             if self.drafter.tuner is not None:  # what this tree really cost, against the tuner's table
-                self.drafter.tuner.calibration.observe(len(tree), t2 - t1)
+                self.drafter.tuner.calibration.observe(len(tree), agreed_seconds(self.goose_model.model, t2 - t1))
             new_tokens = verification.new_tokens(tree)
             before = len(self.run.tokens)
             done = self._commit(new_tokens, tree, verification)
