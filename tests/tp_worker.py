@@ -18,9 +18,8 @@ import goose
 from goose.parallel import is_main_process, rank
 
 PROMPTS = ["the cat sat on the mat. the cat sat on the mat. the cat sat on the",
-           "def f(x):\n    return x + 1\n\ndef g(x):\n    return f(x) + 1\n\ndef h(x):\n    return",
-           "q8#Lz!pW2@vN&x"]
-BUDGETS = [2, 7, 40, "auto"]
+           "def f(x):\n    return x + 1\n\ndef g(x):\n    return f(x) + 1\n\ndef h(x):\n    return"]
+BUDGETS = [3, 40, "auto"]
 NEW_TOKENS = 40
 
 
@@ -39,12 +38,16 @@ def main(model_dir: str, out_path: str, die_on_rank: int | None) -> None:
     if die_on_rank == rank():
         os._exit(3)
     results, parallel = [], None
-    for prompt in PROMPTS:
+    # a prompt holding the model's own continuation of its start: context matches get accepted
+    echo = "xy" + goose_model.decode(goose.generate(goose_model, "xy", "autoregressive", NEW_TOKENS).tokens) + " xy"
+    for prompt in [*PROMPTS, echo]:
         ar = goose.generate(goose_model, prompt, "autoregressive", NEW_TOKENS)
         parallel = ar.parallel
-        runs = {f"{method}@{budget}": goose.generate(goose_model, prompt, method, NEW_TOKENS, budget).tokens
+        runs = {f"{method}@{budget}": goose.generate(goose_model, prompt, method, NEW_TOKENS, budget)
                 for method in goose.METHODS if method != "autoregressive" for budget in BUDGETS}
-        results.append({"prompt": prompt, "autoregressive": ar.tokens, "runs": runs})
+        results.append({"prompt": prompt, "autoregressive": ar.tokens,
+                        "runs": {key: run.tokens for key, run in runs.items()},
+                        "accepted": {key: sum(run.accepted_lengths) for key, run in runs.items()}})
     if is_main_process():
         for result in results:
             result["reference"] = reference(model_dir, result["prompt"])
