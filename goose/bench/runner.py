@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -270,4 +271,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
             if settings.what_if and not settings.temperature:
                 check_what_if(goose_model, prompt, settings, out_dir)
     meta["load_average_end"] = os.getloadavg()
-    return write_results(out_dir, runs, meta), meta
+    summaries = write_results(out_dir, runs, meta)
+    if not is_main_process():
+        shutil.rmtree(out_dir)
+    return summaries, meta
