@@ -97,6 +97,13 @@ def test_a_rank_that_dies_takes_the_others_down(tmp_path):
     assert seconds < 60  # rank 0 waits in a collective: torchrun stops it, no hang until COLLECTIVE_TIMEOUT
 
 
+def test_ranks_that_verify_different_trees_are_stopped(tmp_path):
+    folder = save(tiny_llama(0), tmp_path / "model")
+    result, _ = torchrun(2, "tests/tp_worker.py", folder, str(tmp_path / "out.json"), "--desync", cache=tmp_path)
+    assert result.returncode != 0
+    assert "the ranks lost lockstep" in result.stderr
+
+
 def test_one_kv_head_is_replicated_where_the_ranks_outnumber_it():
     config = Gemma3TextConfig(num_attention_heads=4, num_key_value_heads=1)
     parallel = shard_plan(config, 2, "gemma")

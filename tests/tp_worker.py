@@ -1,9 +1,10 @@
 """Run under `torchrun --nproc-per-node N`: every method on a model split over the ranks (tests/test_parallel.py).
 
-Usage: tp_worker.py MODEL_DIR OUT_JSON [--die-on-rank R]
+Usage: tp_worker.py MODEL_DIR OUT_JSON [--die-on-rank R | --desync]
 Rank 0 writes OUT_JSON: per prompt, the single-process reference (transformers' greedy generate on the
 unsharded model), the tensor-parallel autoregressive tokens and every speculative method's at each budget,
 and the run's parallel record. --die-on-rank R: that rank exits at once after loading (the others must not hang).
+--desync: rank 1 asks for another prompt than rank 0 (the lockstep check must stop the run).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def reference(model_dir: str, prompt: str) -> list[int]:
     return out[0, ids.shape[1]:].tolist()
 
 
-def main(model_dir: str, out_path: str, die_on_rank: int | None) -> None:
+def main(model_dir: str, out_path: str, die_on_rank: int | None, desync: bool) -> None:
     torch.set_num_threads(1)
     goose_model = goose.load_model(model_dir, device="cpu", tensor_parallel=True)
     if die_on_rank == rank():
         os._exit(3)
+    if desync:
+        goose.generate(goose_model, "ab" * (1 + rank()), "goose", NEW_TOKENS)
     results, parallel = [], None
     # a prompt holding the model's own continuation of its start: context matches get accepted
     echo = "xy" + goose_model.decode(goose.generate(goose_model, "xy", "autoregressive", NEW_TOKENS).tokens) + " xy"
@@ -57,4 +60,4 @@ def main(model_dir: str, out_path: str, die_on_rank: int | None) -> None:
 
 if __name__ == "__main__":
     die = int(sys.argv[sys.argv.index("--die-on-rank") + 1]) if "--die-on-rank" in sys.argv else None
-    main(sys.argv[1], sys.argv[2], die)
+    main(sys.argv[1], sys.argv[2], die, "--desync" in sys.argv)
