@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from goose.bench import (
@@ -22,11 +23,14 @@ from goose.bench.what_if import add_check_arguments, run_check
 from goose.config import parse_budget
 from goose.decode import METHODS
 from goose.head import HEAD_CHOICES
+from goose.parallel import ParallelError, agreed_seed, is_main_process, rank
 from goose.prior_build import PRIOR_TOKENS
 
 HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the fastest exact head on this "
              "device, timed once), int8 (the exact float32 argmax through an int8 screen, CPU), screened (the same "
              "through a bf16 screen) or full (the textbook float32 head)")
+TENSOR_PARALLEL_HELP = ("split the model over the processes of `torchrun --nproc-per-node N -m goose ...` (gloo on "
+                        "CPUs, NCCL on GPUs); rank 0 prints, the other ranks run the same steps silently")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -36,11 +40,15 @@ def _generate(args: argparse.Namespace) -> int:
     request = check_request(args.prompt, args.method, args.max_new_tokens, args.budget, stop=args.stop,
                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                             head=args.head)
-    model = goose.load_model(args.model, device=args.device)
-    generation = Generation(model_target(model, request), request)
+    goose_model = goose.load_model(args.model, device=args.device, tensor_parallel=args.tensor_parallel)
+    if args.tensor_parallel and args.temperature and args.seed is None:  # the ranks must draw alike
+        request = replace(request, sampling=replace(request.sampling, seed=agreed_seed()))
+    generation = Generation(model_target(goose_model, request), request)
     for _ in generation:
         pass
     run = generation.run
+    if not is_main_process():
+        return 0
     if args.json:
         print(run.to_json(indent=1))
         return 0
@@ -56,9 +64,12 @@ def _generate(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
                              max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads,
-                             temperature=args.temperature, head=args.head, what_if=args.what_if)
+                             temperature=args.temperature, head=args.head, what_if=args.what_if,
+                             tensor_parallel=args.tensor_parallel)
     out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
-    summaries, meta = run_bench(settings, out_dir)
+    summaries, meta = run_bench(settings, out_dir, progress=is_main_process())
+    if not is_main_process():
+        return 0
     print(format_table(summaries))
     bandwidth = ", ".join(f"{name} {value:.1f} GB/s" for name, value in meta["memory_bandwidth_gb_s"].items())
     print(f"\nLM head of every Goose method: {meta['head_used']} ({args.head} asked); body linears: "
@@ -116,6 +127,7 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
                        help="also one untimed goose run per prompt recorded with its sources: report.html then shows "
                             "counterfactual tau vs budget and vs spine share (goose, balanced), checked against "
                             "the real runs (greedy only)")
+    bench.add_argument("--tensor-parallel", action="store_true", help=TENSOR_PARALLEL_HELP)
     bench.add_argument("--out", default=None, help="output folder (default: bench-out/<suite>-<timestamp>)")
     bench.set_defaults(handler=_bench)
     report = commands.add_parser("bench-report", help="rebuild summary.csv and report.html of a benchmark folder "
@@ -147,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--head", default="auto", choices=HEAD_CHOICES, help=HEAD_HELP)
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
+    gen.add_argument("--tensor-parallel", action="store_true", help=TENSOR_PARALLEL_HELP)
     gen.set_defaults(handler=_generate)
     prior = commands.add_parser("build-prior", help="build the model's prior rows for the adjacency table (its "
                                 "warm start; the embedded model's ships with the package)")
@@ -167,5 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (ValueError, TypeError, RuntimeError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        # Under torchrun every rank meets the same ParallelError: rank 0 tells it; any other error is the
+        # failing rank's own
+        if is_main_process() or not isinstance(error, ParallelError):
+            print(f"error: {error}" if is_main_process() else f"error on rank {rank()}: {error}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from goose.config import GooseConfig
 from goose.head import HEAD_CHOICES, HEAD_REVISION, head_for, heads_here, known_head, parse_routed, routed_kind
 from goose.model import GooseModel
 from goose.packed import body_linears
+from goose.parallel import agreed_costs, is_tensor_parallel
 from goose.sources import AdjacencyTable, ContextMatcher
 from goose.tree import BRANCH, DraftTree, build_goose_tree
 from goose.verify import Verifier
@@ -189,8 +190,9 @@ def measurement_trees(goose_model: GooseModel, verifier: Verifier, text: Sequenc
 
 def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
     weight = goose_model.model.get_input_embeddings().weight
+    ranks = f"|ranks={torch.distributed.get_world_size()}" if is_tensor_parallel(goose_model.model) else ""
     return (f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
-            f"|linears={body_linears(goose_model.model)}|revision={HEAD_REVISION}")
+            f"|linears={body_linears(goose_model.model)}|revision={HEAD_REVISION}{ranks}")
 
 
 @torch.inference_mode()
@@ -233,6 +235,7 @@ def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = N
                head: str = "screened") -> dict[int, float]:
     """This device's verification cost per node count with the given LM head, measured on first use and cached."""
     key = _cost_key(goose_model, torch.get_num_threads(), head)
-    table = _cached(cache_file or cache_dir() / "verify-costs.json", key,
-                    lambda: {str(n): c for n, c in measure_costs(goose_model, head=head).items()})
+    # split over ranks, every rank measures and all keep the slowest rank's times: their tuners then agree
+    table = _cached(cache_file or cache_dir() / "verify-costs.json", key, lambda: {
+        str(n): c for n, c in agreed_costs(goose_model.model, measure_costs(goose_model, head=head)).items()})
     return no_dearer_than_bigger({int(n): c for n, c in table.items()})

@@ -77,7 +77,7 @@ class Generation:
                              method=request.method, model=target.model, config=request.config.to_dict(),
                              sampling=request.sampling.to_dict(), max_new_tokens=request.max_new_tokens,
                              prompt_tokens=list(self.prompt_tokens), head=target.head,
-                             costs=dict(target.costs()))
+                             costs=dict(target.costs()), parallel=target.parallel)
         drafter_class = METHODS[request.method]
         tuner = (BudgetTuner(self.run.costs) if self.config.auto_budget and drafter_class.speculative else None)
         self.drafter: Drafter = drafter_class(self.config, tuner)

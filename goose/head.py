@@ -29,6 +29,7 @@ import torch
 
 from goose.chunks import ChunkedRows
 from goose.packed import kernels_exist, packed_product, reorder_weight
+from goose.parallel import is_sharded
 
 if TYPE_CHECKING:
     from goose.model import GooseModel
@@ -447,9 +448,11 @@ HEAD_CLASSES = {"int8": Int8ScreenedHead, "screened": ScreenedHead, "full": Full
 
 
 def heads_built(lm_head: torch.nn.Module) -> list[str]:
-    """The heads that really exist for this LM head: the screens need a float32 Linear head without bias
-    (their bounds assume it), "int8" also fbgemm and a CPU; elsewhere they would be the full head."""
-    plain = isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
+    """The heads that really exist for this LM head: the screens need a whole float32 Linear head without bias
+    (their bounds assume it; a head split over ranks is not whole: goose.parallel), "int8" also fbgemm and a CPU;
+    elsewhere they would be the full head."""
+    plain = (isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
+             and not is_sharded(lm_head.weight))
     return [kind for kind in HEADS
             if kind == "full" or (plain and (kind != "int8" or Int8ScreenedHead.available(lm_head)))]
 

@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from goose.assets import cache_dir
+from goose.parallel import (
+    Parallel,
+    ParallelError,
+    join_process_group,
+    note_fallbacks,
+    pair_replicated_heads,
+    shard_plan,
+)
 from goose.verify import MASK_KERNELS, UnsupportedModelError, check_attention_kernel
 
 log = logging.getLogger(__name__)
@@ -55,6 +63,7 @@ class GooseModel:
     tokenizer: object
     name: str
     cache: ModelCache = field(default_factory=ModelCache, repr=False, compare=False)
+    parallel: Parallel | None = None  # how it is split over the ranks (load_model(tensor_parallel=True))
 
     def __iter__(self):  # `model, tokenizer = goose.load_model()`
         return iter((self.model, self.tokenizer))
@@ -133,13 +142,15 @@ def default_model_path() -> Path:
 
 
 def load_model(name_or_path: str | None = None, *, device: str | None = None, dtype: torch.dtype | str | None = None,
-               attn_implementation: str = "sdpa") -> GooseModel:
+               attn_implementation: str = "sdpa", tensor_parallel: bool = False) -> GooseModel:
     """Load a target model and its tokenizer.
 
     name_or_path: None for the embedded Gemma 3 270M, else an HF model id or a local folder.
     device: "cpu", "cuda", "cuda:1", or "auto" to spread a large model over
             every GPU with accelerate (device_map="auto"); None picks CUDA when present.
     dtype: default float32 (the precision in which output is token-for-token greedy).
+    tensor_parallel: shard the model over the ranks of a torchrun launch (goose.parallel; gloo on CPUs,
+            NCCL on CUDA, each rank on its own device); every rank then runs the same generation.
     """
     _check_kernel_request(attn_implementation)
     device = pick_device(device)
@@ -150,11 +161,24 @@ def load_model(name_or_path: str | None = None, *, device: str | None = None, dt
         path, name = str(default_model_path()), DEFAULT_MODEL
     else:
         path, name = str(name_or_path), str(name_or_path)
+    if tensor_parallel and device == "auto":
+        raise ValueError("tensor parallelism and device 'auto' (a layer split) are two ways to spread a model; "
+                         "choose one")
     placement = {"device_map": "auto"} if device == "auto" else {}
+    parallel = None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
+        if tensor_parallel:
+            from transformers.distributed import DistributedConfig
+
+            join_process_group(device)
+            config = AutoConfig.from_pretrained(path)
+            parallel = shard_plan(config, torch.distributed.get_world_size(), name)
+            placement = {"config": config, "distributed_config": DistributedConfig(tp_plan="auto")}
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation,
                                                      **placement)
+    except ParallelError:
+        raise
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(
             f"cannot load model {name!r}: it is neither a local folder with a causal LM nor a model reachable "
@@ -164,4 +188,7 @@ def load_model(name_or_path: str | None = None, *, device: str | None = None, dt
         model.to(device)
     model.eval()
     check_attention_kernel(model)
-    return GooseModel(model, tokenizer, name)
+    if parallel is not None:
+        pair_replicated_heads(parallel, model)
+        note_fallbacks(parallel, model)
+    return GooseModel(model, tokenizer, name, parallel=parallel)

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from goose.parallel import is_sharded
+
 BATCH_HINT = 16  # rows oneDNN lays the weight out for: a typical tree
 _state = threading.local()
 
@@ -117,8 +119,9 @@ def pack_linears(body: torch.nn.Module) -> bool:
     if not enabled() or not kernels_exist():
         return False
     linears = plain_linears(body)
-    if not linears or any(m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" for m in linears):
-        return False
+    if not linears or any(m.weight.dtype != torch.float32 or m.weight.device.type != "cpu" or is_sharded(m.weight)
+                           for m in linears):
+        return False  # a sharded weight's forward belongs to transformers' tensor-parallel wrapper
     for linear in linears:
         if not hasattr(linear, "_goose_packed"):
             linear._goose_packed = _PackedWeight(linear)

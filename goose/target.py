@@ -28,11 +28,13 @@ class Target(Protocol):
     model:  the model's name (recorded in the run).
     head:   the LM head every pass applies (recorded in the run).
     eos:    the token ids that end a run.
+    parallel: how the model is spread over processes (goose.parallel, recorded in the run), or None.
     """
 
     model: str
     head: str
     eos: set[int]
+    parallel: dict | None
 
     def encode(self, prompt: str) -> list[int]:
         """A text prompt as token ids (the tokenizer's special tokens added)."""
@@ -90,6 +92,7 @@ class ModelTarget:
         self.goose_model = goose_model
         self.model = goose_model.name
         self.eos = eos_ids(goose_model)
+        self.parallel = goose_model.parallel.to_dict() if goose_model.parallel else None
         self.head = head
         self.walker = make_walker(head_for(goose_model, head), sampling)
         self.verifier = Verifier(goose_model.model)

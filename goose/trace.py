@@ -177,6 +177,8 @@ class RunRecord:
     prefill_rows: the adjacency rows the prefill stored, as (previous, token, row) in order; None when the
                  run was not recorded with its sources (an empty list: recorded, no adjacency table kept).
     prior:       the name of the prior the adjacency table started over (goose.sources.prior), None if none.
+    parallel:    a run on a model split over several ranks (goose.parallel.Parallel): world_size, backend, the
+                 plan entries replicated instead of split and why pieces run differently; None in one process.
     """
 
     prompt: str
@@ -196,6 +198,7 @@ class RunRecord:
     head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
     prefill_rows: list[tuple[int | None, int, Row]] | None = None
     prior: str | None = None
+    parallel: dict[str, Any] | None = None
     format: str = TRACE_FORMAT
 
     @property

@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from goose.packed import pack_linears, packed_linears
+from goose.parallel import check_lockstep, is_tensor_parallel
 
 
 class Flattened(Protocol):
@@ -103,6 +104,7 @@ class Verifier:
         self.dtype = model.get_input_embeddings().weight.dtype
         self.cache = DynamicCache()
         self.prefix_length = 0
+        self.lockstep = is_tensor_parallel(model)  # every pass checks that the ranks verify the same tree
 
     def _mask(self, parents: list[int], depths: list[int]):
         def build(window):
@@ -119,6 +121,8 @@ class Verifier:
     def forward(self, tokens: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
         """Append the nodes to the cache; return their final hidden states [n, hidden] (the LM head is
         left to the caller, which knows which rows it needs)."""
+        if self.lockstep:
+            check_lockstep(self.prefix_length, tokens, parents, depths)
         input_ids = torch.tensor([tokens], device=self.device)
         positions = (self.prefix_length + torch.tensor([depths])).to(self.device)
         with packed_linears() if self.packed else nullcontext():

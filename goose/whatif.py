@@ -215,7 +215,7 @@ class RecordedTarget:
 
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
         self.run = run
-        self.model, self.head = run.model, run.head
+        self.model, self.head, self.parallel = run.model, run.head, run.parallel
         self.eos: set[int] = set()  # the recording ends where it ends (ends_after), for whatever reason it did
         self.tokens = list(run.tokens)
         self.sequence = [*run.prompt_tokens, *run.tokens]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +33,7 @@ from goose.head import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.packed import body_linears
+from goose.parallel import is_main_process, rank
 from goose.target import eos_ids
 from goose.trace import RunRecord, RunTotals
 
@@ -61,6 +64,7 @@ class BenchSettings:
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
     what_if: bool = False  # also one untimed goose run per prompt recorded with its sources, for the what-if curves
     head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.head.HEAD_CHOICES)
+    tensor_parallel: bool = False  # the model split over the ranks of a torchrun launch (goose.parallel)
 
     def __post_init__(self) -> None:
         if not known_head(self.head):
@@ -176,7 +180,8 @@ def machine_info(goose_model: GooseModel, settings: BenchSettings) -> dict[str, 
             "parameter_bytes": parameter_bytes(goose_model.model), "device": str(goose_model.model.device),
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "transformers": transformers.__version__, "memory_bandwidth_gb_s": measure_memory_bandwidth(),
-            "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds")}
+            "load_average_start": os.getloadavg(), "started": datetime.now().isoformat(timespec="seconds"),
+            "parallel": goose_model.parallel.to_dict() if goose_model.parallel else None}
 
 
 def check_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: BenchSettings, out_dir: Path) -> None:
@@ -241,7 +246,9 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     prompts = load_suite(settings.suite, settings.limit)
     methods = with_baseline(settings.methods)
     torch.set_num_threads(settings.threads)
-    goose_model = goose_model or load_model(settings.model)
+    goose_model = goose_model or load_model(settings.model, tensor_parallel=settings.tensor_parallel)
+    if not is_main_process():  # the other ranks of a tensor-parallel run do the same work; rank 0 keeps the files
+        out_dir = Path(tempfile.mkdtemp(prefix=f"goose-bench-rank{rank()}-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_path = out_dir / "runs.jsonl"
     runs_path.write_text("", encoding="utf-8")
@@ -265,4 +272,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
             if settings.what_if and not settings.temperature:
                 check_what_if(goose_model, prompt, settings, out_dir)
     meta["load_average_end"] = os.getloadavg()
-    return write_results(out_dir, runs, meta), meta
+    summaries = write_results(out_dir, runs, meta)
+    if not is_main_process():
+        shutil.rmtree(out_dir)
+    return summaries, meta
