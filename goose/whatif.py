@@ -281,6 +281,15 @@ class RecordedTarget:
         return [self._texts.get(token, "") for token in tokens]
 
 
+def known_continuation(run: RunRecord) -> list[int]:
+    """The target's greedy continuation as far as the run knows it: its tokens, then what its last step's pass
+    revealed past the point where the run stopped committing (max_new_tokens, a stop string)."""
+    if not run.steps:
+        return list(run.tokens)
+    last = run.steps[-1]
+    return [*run.tokens, *last.revealed[len(last.committed):]]
+
+
 def check_replayable(run: RunRecord, method: str) -> None:
     """NoReplayDataError (a ValueError) unless `run` holds what replaying it under `method` needs."""
     if run.sampling.get("temperature", 0.0) != 0.0:
@@ -340,7 +349,7 @@ class WhatIf:
 
     tree:     the rebuilt DraftTree; budget: its node budget.
     accepted: draft tokens the greedy walk accepts (the bonus not counted).
-    revealed: the target's greedy continuation from the step on (the rest of the run).
+    revealed: the target's greedy continuation from the step on, as far as the run knows it.
     lower_bound: the tree holds all of `revealed` (the run ended inside it), so it may have accepted more.
     """
 
@@ -407,7 +416,7 @@ def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
         if watcher.result is not None:
             break
     tree, budget = watcher.result
-    revealed = list(run.tokens[anchor_positions(run)[step_index]:])
+    revealed = known_continuation(run)[anchor_positions(run)[step_index]:]
     accepted = len(tree.walk(revealed))
     return WhatIf(tree, budget, accepted, revealed, accepted == len(revealed))
 

@@ -91,7 +91,8 @@ def test_a_registered_toy_method_is_offered_and_run_by_the_app(toy_method):
                for component in demo.blocks.values() if isinstance(component, (gr.Dropdown, gr.CheckboxGroup))}
     assert toy_method in choices["explore-method"] and toy_method in choices["Also race"]
     assert toy_method in choices["lab-method"]
-    *_, (text, stats, run, *_) = callbacks.explore(registry, PROMPTS[0], "tiny-llama", toy_method, "8", 24)
+    *_, last = callbacks.explore(registry, PROMPTS[0], "tiny-llama", toy_method, "8", 24)
+    run = last.run
     assert run.method == toy_method and run.tokens == goose.generate(registry.get("tiny-llama"), PROMPTS[0],
                                                                        "autoregressive", 24, 1).tokens
 
