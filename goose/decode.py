@@ -22,7 +22,7 @@ from goose.budget import tuner_for
 from goose.config import GooseConfig
 from goose.costs import choose_head, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.head import HEAD_CHOICES, head_for, known_head
+from goose.heads.factory import HEAD_CHOICES, head_for, known_head
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.snapshot import Snapshot, take_snapshot

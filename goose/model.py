@@ -34,7 +34,7 @@ class ModelLoadError(RuntimeError):
 class ModelCache:
     """What is built or measured once per model and kept with it, filled in on first use by its owner.
 
-    heads:       LM head kind -> the head built for this model (goose.head.head_for; a goose.head.FullHead)
+    heads:       LM head kind -> the head built for this model (goose.heads.factory.head_for, an LMHead)
     head_choice: the head "auto" runs on this device, timed once (goose.costs.choose_head); None until then
     tuners:      (method, head) or (method, head, "sampled") -> the goose.budget.BudgetTuner of such runs,
                  which keeps learning across runs (goose.budget.tuner_for)

@@ -9,7 +9,7 @@ import pytest
 from tiny import tiny_gemma3
 
 import goose
-from goose.head import make_head
+from goose.heads.factory import make_head
 from goose.snapshot import SNAPSHOT_BUDGET
 from goose.trace import RunRecord
 from goose.verify import Verifier
