@@ -22,7 +22,7 @@ from goose.bench import (
 from goose.bench.what_if import add_check_arguments, run_check
 from goose.config import parse_budget
 from goose.decode import METHODS
-from goose.head import HEAD_CHOICES
+from goose.heads.factory import HEAD_CHOICES
 from goose.parallel import ParallelError, agreed_seed, is_main_process, rank
 from goose.prior_build import PRIOR_TOKENS
 

@@ -20,7 +20,9 @@ import goose.tree
 import goose.verify
 from goose.assets import cache_dir
 from goose.config import GooseConfig
-from goose.head import HEAD_CHOICES, HEAD_REVISION, head_for, heads_here, known_head, parse_routed, routed_kind
+from goose.heads.factory import HEAD_CHOICES, head_for, heads_here, known_head
+from goose.heads.routing import parse_routed, routed_kind
+from goose.heads.screens import HEAD_REVISION
 from goose.model import GooseModel
 from goose.packed import body_linears
 from goose.parallel import agreed_costs, is_tensor_parallel
@@ -103,7 +105,7 @@ ROUTE_ROWS = (1, 2, 4, 8, 16, 32)  # rows per call the heads are timed at: the a
 
 
 def fastest_route(seconds: Mapping[str, Mapping[int, float]]) -> str:
-    """The head, or routed pair of heads (goose.head.routed_kind), with the least time over the timed call
+    """The head, or routed pair of heads (goose.heads.routing.routed_kind), with the least time over the timed call
     sizes, each size counted relative to its fastest head (so that big calls do not outweigh small ones).
     A pair must win: a single head is kept where it is fastest, or as fast, at every size."""
     sizes = sorted(next(iter(seconds.values())))

@@ -27,7 +27,7 @@ from goose.budget import BudgetTuner
 from goose.config import GooseConfig
 from goose.costs import choose_head, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.head import HEAD_CHOICES, known_head
+from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher

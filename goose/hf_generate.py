@@ -17,6 +17,7 @@ cannot do losslessly raises a ValueError naming the option.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import fields
 from weakref import WeakKeyDictionary
@@ -125,21 +126,33 @@ def _unsupported(option: str, why: str = "") -> ValueError:
     return ValueError(f"Goose's generate does not support `{option}`{': ' + why if why else ''}")
 
 
-def _from_generate_call(name: str):
-    """An argument of the `generate` call on the stack. transformers (5.x) does not pass `streamer` or
-    `assistant_model` on to a custom_generate callable, though it has already put the prompt into the
-    streamer: read them where they were given."""
-    code = inspect.unwrap(GenerationMixin.generate).__code__
+# What `streamer` and `assistant_model` default to in goose_generate: not passed on by transformers, which
+# (5.x) gives a custom_generate callable only the prepared inputs and the callable's own keywords
+# (GenerationMixin._extract_generation_mode_kwargs), though it has already put the prompt into the streamer.
+KEPT_BACK = object()
+_GENERATE = inspect.unwrap(GenerationMixin.generate).__code__  # the `generate` whose call holds them
+
+
+def _kept_back(name: str):
+    """Argument `name` of the `generate` call that handed its loop to goose_generate, where transformers kept
+    it back. Nothing else carries it to a callable, so read it from that call on the stack; where that call
+    cannot be found, refuse loudly: a streamer never ended leaves its consumer waiting forever."""
     frame = inspect.currentframe()
-    while frame is not None and frame.f_code is not code:
+    while frame is not None and frame.f_code is not _GENERATE:
         frame = frame.f_back
-    return frame.f_locals.get(name) if frame is not None else None
+    if frame is None or name not in frame.f_locals:
+        raise RuntimeError(
+            f"Goose cannot reach `generate`'s `{name}`: this transformers keeps it from a custom_generate "
+            "callable and its `generate` call is not on the stack. Call goose_generate with "
+            f"`{name}=` (None for none), or use the repository form (custom_generate=\"<goose repository>\"), "
+            "which hands it over as an argument.")
+    return frame.f_locals[name]
 
 
 def _check_supported(input_ids: torch.Tensor, generation_config: GenerationConfig,
-                     logits_processor: LogitsProcessorList | None, model_kwargs: dict) -> None:
+                     logits_processor: LogitsProcessorList | None, assistant_model, model_kwargs: dict) -> None:
     """ValueError naming the first option Goose cannot honour exactly."""
-    if _from_generate_call("assistant_model") is not None:
+    if assistant_model is not None:
         raise _unsupported("assistant_model", "Goose drafts from the context and its own predictions")
     for option, off in UNSUPPORTED_CONFIG.items():
         if getattr(generation_config, option, None) not in (off, None):
@@ -187,22 +200,26 @@ def _eos_ids(generation_config: GenerationConfig) -> set[int]:
 
 def goose_generate(model, input_ids: torch.LongTensor, logits_processor: LogitsProcessorList | None = None,
                    stopping_criteria: StoppingCriteriaList | None = None,
-                   generation_config: GenerationConfig | None = None, streamer=None, method: str = "goose",
-                   budget: int | str | None = None, head: str = "auto", seed: int | None = None,
-                   goose_config: GooseConfig | None = None, **kwargs):
+                   generation_config: GenerationConfig | None = None, streamer=KEPT_BACK,
+                   assistant_model=KEPT_BACK, method: str = "goose", budget: int | str | None = None,
+                   head: str = "auto", seed: int | None = None, goose_config: GooseConfig | None = None, **kwargs):
     """The decoding loop for `model.generate(input_ids, custom_generate=goose_generate, ...)`.
 
     transformers calls it with the prepared input_ids, logits processors, stopping criteria and generation
     config, plus the model's keyword arguments. Goose's options: method, budget, head, seed (of the sampling;
     default: drawn from torch's generator), goose_config, and any GooseConfig knob as a keyword (see KNOBS).
+    `streamer` and `assistant_model` are generate's: given here (hub_generate does), else read from the
+    `generate` call, which transformers 5.x does not pass them on from (KEPT_BACK).
     Returns what `generate` returns: the sequences (prompt + new tokens), or a GenerateDecoderOnlyOutput
     holding them when return_dict_in_generate.
     """
     generation_config = generation_config or model.generation_config
-    streamer = streamer if streamer is not None else _from_generate_call("streamer")
+    streamer = _kept_back("streamer") if streamer is KEPT_BACK else streamer
     try:
+        if assistant_model is KEPT_BACK:
+            assistant_model = _kept_back("assistant_model")
         knobs = {name: kwargs.pop(name) for name in KNOBS if name in kwargs}
-        _check_supported(input_ids, generation_config, logits_processor, kwargs)
+        _check_supported(input_ids, generation_config, logits_processor, assistant_model, kwargs)
         prompt = input_ids[0].tolist()
         max_new_tokens = generation_config.max_length - len(prompt)
         if max_new_tokens < 1:
@@ -254,12 +271,13 @@ def _steps_then_end(generation: Generation):
     yield None
 
 
-def hub_generate(model, *, tokenizer=None, assistant_model=None, stop_strings=None, **arguments):
+def hub_generate(model, *, tokenizer=None, assistant_model=None, stop_strings=None, streamer=None, **arguments):
     """What `custom_generate="<this repository>"` runs (custom_generate/generate.py): `generate`'s own
     arguments, unprepared. transformers prepares them as for any call and hands the loop to goose_generate.
 
     `generate` would drop `tokenizer` on the way to a callable, and with it the stop strings' criterion: the
-    tokenizer goes to the GooseModel and the criterion is made here."""
+    tokenizer goes to the GooseModel and the criterion is made here. It would keep `streamer` back too: it
+    still gets the streamer (to put the prompt in, as in any generate call), and goose_generate gets it here."""
     if assistant_model is not None:
         raise _unsupported("assistant_model", "Goose drafts from the context and its own predictions")
     if tokenizer is not None:
@@ -269,5 +287,6 @@ def hub_generate(model, *, tokenizer=None, assistant_model=None, stop_strings=No
             arguments["stopping_criteria"] = StoppingCriteriaList([*(arguments.get("stopping_criteria") or ()),
                                                                    criteria])
             stop_strings = None
-    return GenerationMixin.generate(model, custom_generate=goose_generate, tokenizer=tokenizer,
-                                    stop_strings=stop_strings, **arguments)
+    loop = functools.partial(goose_generate, streamer=streamer, assistant_model=None)
+    return GenerationMixin.generate(model, custom_generate=loop, tokenizer=tokenizer, stop_strings=stop_strings,
+                                    streamer=streamer, **arguments)

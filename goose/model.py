@@ -42,7 +42,7 @@ class ModelLoadError(RuntimeError):
 class ModelCache:
     """What is built or measured once per model and kept with it, filled in on first use by its owner.
 
-    heads:       LM head kind -> the head built for this model (goose.head.head_for; a goose.head.FullHead)
+    heads:       LM head kind -> the head built for this model (goose.heads.factory.head_for, an LMHead)
     head_choice: the head "auto" runs on this device, timed once (goose.costs.choose_head); None until then
     measured:    runs measured once per model and kept, by what decides them (goose.check.baseline_run: a
                  greedy autoregressive run is the same every time)

@@ -135,7 +135,7 @@ def note_fallbacks(parallel: Parallel, model: torch.nn.Module) -> None:
     if is_sharded(model.get_output_embeddings().weight):
         parallel.reasons["head"] = ("full: the LM head is split by vocabulary over the ranks, each computes its "
                                     "share of the logits and they are gathered; the int8 and bf16 screens "
-                                    "(goose.head) need the whole float32 head on one rank")
+                                    "(goose.heads.screens) need the whole float32 head on one rank")
 
 
 def is_tensor_parallel(model: torch.nn.Module) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from goose.head import head_for
+from goose.heads.factory import head_for
 from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.sources.adjacency import AdjacencyTable, Row

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from goose.head import FullHead, TargetRows
+from goose.heads.protocol import LMHead, SampledRows
 from goose.sampling import Sampling, Verdict, choose_child, choose_drawn
 from goose.sources.adjacency import Row
 from goose.tree import DraftTree
@@ -52,7 +52,7 @@ class GreedyWalker:
 
     greedy = True
 
-    def __init__(self, head: FullHead) -> None:
+    def __init__(self, head: LMHead) -> None:
         self.head = head
 
     def first_token(self, last: torch.Tensor) -> int:
@@ -88,12 +88,12 @@ class SamplingWalker:
 
     greedy = False
 
-    def __init__(self, head: FullHead, sampling: Sampling) -> None:
+    def __init__(self, head: LMHead, sampling: Sampling) -> None:
         self.head = head
         self.sampling = sampling
         self.generator = sampling.generator()
 
-    def _choose(self, rows: TargetRows, i: int, children: list[tuple[int, int]]
+    def _choose(self, rows: SampledRows, i: int, children: list[tuple[int, int]]
                 ) -> tuple[int | None, int | None, dict[int, Verdict]]:
         sampling = self.sampling
         if sampling.top_k > 0:
@@ -126,5 +126,5 @@ class SamplingWalker:
             node = child
 
 
-def make_walker(head: FullHead, sampling: Sampling) -> GreedyWalker | SamplingWalker:
+def make_walker(head: LMHead, sampling: Sampling) -> GreedyWalker | SamplingWalker:
     return GreedyWalker(head) if sampling.greedy else SamplingWalker(head, sampling)

@@ -43,7 +43,7 @@ import goose  # noqa: E402
 from goose import metrics  # noqa: E402
 from goose.bench import HF_GENERATE, BenchPrompt, BenchRun, load_suite, run_one  # noqa: E402
 from goose.costs import cost_table  # noqa: E402
-from goose.head import heads_here  # noqa: E402
+from goose.heads.factory import heads_here  # noqa: E402
 from goose.tree import BRANCH, DraftTree  # noqa: E402
 from goose.verify import Verifier  # noqa: E402
 

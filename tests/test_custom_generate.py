@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from tiny import tiny_gemma3, tiny_llama
-from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 from transformers.generation import GenerateDecoderOnlyOutput, MaxLengthCriteria, StopStringCriteria
 from transformers.generation.streamers import BaseStreamer
 
@@ -146,6 +146,42 @@ def test_text_iterator_streamer_yields_the_generated_text():
         return text
 
     assert streamed(custom_generate=goose_generate, method="goose", budget=16) == streamed()
+
+
+def test_the_repository_form_hands_the_streamer_over_as_an_argument(monkeypatch):
+    """custom_generate/generate.py receives generate's own arguments: the streamer reaches Goose's loop from
+    there, never from the stack."""
+    import goose.hf_generate
+
+    def no_stack(name):
+        raise AssertionError(f"{name} read from the stack")
+
+    monkeypatch.setattr(goose.hf_generate, "_kept_back", no_stack)
+    gm = model("gemma3")
+    ids = prompt_ids(gm)
+    expected, got = Collector(), Collector()
+    gm.model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, streamer=expected)
+    gm.model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, streamer=got, custom_generate=REPO,
+                      trust_remote_code=True, method="goose", budget=16)
+    assert got.calls == expected.calls
+
+
+@pytest.mark.timeout(120)
+def test_a_streamer_goose_cannot_reach_is_an_error_not_a_hang(monkeypatch):
+    """transformers keeps `streamer` from a callable; where Goose cannot find the generate call holding it (as
+    under a transformers whose generate it does not know), the call fails saying so, rather than run on and
+    leave a TextIteratorStreamer's reader waiting for an end() that never comes."""
+    import goose.hf_generate
+
+    monkeypatch.setattr(goose.hf_generate, "_GENERATE", (lambda: None).__code__)
+    gm = model("llama")
+    ids = prompt_ids(gm)
+    streamer = TextIteratorStreamer(gm.tokenizer, skip_prompt=True, timeout=60)
+    with pytest.raises(RuntimeError, match="cannot reach `generate`'s `streamer`"):
+        gm.model.generate(ids, max_new_tokens=4, streamer=streamer, custom_generate=goose_generate)
+    out = goose_generate(gm.model, ids, generation_config=GenerationConfig(max_length=ids.shape[1] + 4),
+                         streamer=None, assistant_model=None)
+    assert torch.equal(out, reference("llama", "repetitive")[:, :ids.shape[1] + 4])  # given, they need no stack
 
 
 def test_streamer_ends_when_the_call_is_refused():

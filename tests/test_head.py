@@ -7,16 +7,11 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.head import (
-    FullHead,
-    Int8ScreenedHead,
-    ScreenedHead,
-    ScreenedRows,
-    block_hadamard,
-    head_for,
-    heads_here,
-    make_head,
-)
+from goose.heads.factory import head_for, heads_here, known_head, make_head
+from goose.heads.protocol import LMHead, SampledRows
+from goose.heads.routing import RoutedHead, parse_routed
+from goose.heads.rows import ScreenedRows
+from goose.heads.screens import FullHead, Int8ScreenedHead, ScreenedHead, block_hadamard
 
 SCREENS = [ScreenedHead, Int8ScreenedHead]
 
@@ -184,7 +179,6 @@ def test_the_auto_head_is_the_faster_exact_head_measured_once(monkeypatch, tmp_p
     fast bfloat16 (a plain AVX2 CPU) the screen costs more than the float32 head it saves. The choice is kept
     on disk, so another process (here: another load of the same model) reads it instead of timing again."""
     import goose.costs
-    import goose.head as head_module
 
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
     timings = []
@@ -202,7 +196,7 @@ def test_the_auto_head_is_the_faster_exact_head_measured_once(monkeypatch, tmp_p
     assert reloaded is not model and goose.costs.choose_head(reloaded) == faster and timings == [model.name]
     monkeypatch.undo()
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
-    assert head_module.known_head(goose.costs.choose_head(tiny_llama(1)))  # the real measurement runs too
+    assert known_head(goose.costs.choose_head(tiny_llama(1)))  # the real measurement runs too
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -290,8 +284,6 @@ def test_the_fastest_route_routes_only_where_a_pair_wins():
 def test_a_routed_head_answers_each_call_from_its_own_head_and_stays_exact():
     """int8+screened@4: calls of fewer than 4 rows go to the int8 screen, the rest to the bf16 one; both give the
     float32 argmax; an unknown or degenerate pair is refused."""
-    from goose.head import RoutedHead, known_head, parse_routed
-
     model = tiny_llama(0)
     head = head_for(model, "int8+screened@4")
     assert isinstance(head, RoutedHead) and (head.small, head.large) == (head_for(model, "int8"),
@@ -311,3 +303,26 @@ def test_a_routed_head_answers_each_call_from_its_own_head_and_stays_exact():
         assert not known_head(bad)
     with pytest.raises(ValueError, match="unknown head"):
         goose.generate(model, "abc", head="int8+int8@4")
+
+
+def test_every_head_kind_answers_the_one_interface():
+    """The full head, both screens and a routed pair are LMHeads whose rows are SampledRows: what the walk and
+    the measuring code call, and nothing more."""
+    model = tiny_llama(0)
+    vocab, width = model.model.get_output_embeddings().weight.shape
+    hidden = torch.randn(3, width, generator=torch.Generator().manual_seed(0))
+    for kind in ("full", "screened", "int8", "int8+screened@2"):
+        head = head_for(model, kind)
+        assert isinstance(head, LMHead) and isinstance(head.target_rows(hidden), SampledRows), kind
+        assert head.vocab_size == head.target_rows(hidden).vocab_size == vocab, kind
+
+
+def test_the_head_modules_import_one_way():
+    """protocol, rows, screens, routing, factory: each imports only the ones before it, never a higher one."""
+    from test_imports import import_graph
+
+    order = ["goose.heads.protocol", "goose.heads.rows", "goose.heads.screens", "goose.heads.routing",
+             "goose.heads.factory"]
+    graph = import_graph()
+    for i, module in enumerate(order):
+        assert {m for m in graph[module] if m.startswith("goose.heads")} <= set(order[:i]), module

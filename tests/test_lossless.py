@@ -14,7 +14,7 @@ from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose import verify
-from goose.head import HEADS
+from goose.heads.screens import HEADS
 
 SPECULATIVE = [m for m in goose.METHODS if m != "autoregressive"]
 BUDGETS = [1, 2, 3, 7, 16, 40, 100]

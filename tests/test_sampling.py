@@ -129,7 +129,7 @@ def test_gumbel_draws_through_the_screen_match_ordinary_sampling(method):
 
 def test_the_test_catches_a_biased_gumbel_draw(monkeypatch):
     """Drawing at a lower temperature than asked must fail the same check."""
-    from goose.head import ScreenedRows
+    from goose.heads.rows import ScreenedRows
 
     original = ScreenedRows.draw
     monkeypatch.setattr(ScreenedRows, "draw", lambda self, i, t, g: original(self, i, 0.6 * t, g))

@@ -11,7 +11,7 @@ from tiny import tiny_gemma3
 
 import goose
 from goose import run_what_if
-from goose.head import make_head
+from goose.heads.factory import make_head
 from goose.trace import RunRecord
 from goose.verify import Verifier
 from goose.walk import GreedyWalker

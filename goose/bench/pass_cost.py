@@ -28,7 +28,7 @@ from goose.bench.machine import measure_memory_bandwidth
 from goose.bench.suites import format_prompt, load_suite
 from goose.costs import choose_head, measurement_text, measurement_trees, median_seconds
 from goose.decode import Generation, generate, stream
-from goose.head import head_for, heads_here
+from goose.heads.factory import head_for, heads_here
 from goose.model import GooseModel, load_model
 from goose.packed import packed_linears, plain_linears
 from goose.verify import Verifier

@@ -29,7 +29,7 @@ from goose.bench.summary import summarize, write_summary_csv
 from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
 from goose.decode import METHODS, generate
-from goose.head import HEAD_CHOICES, known_head
+from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
 from goose.packed import body_linears
@@ -63,7 +63,7 @@ class BenchSettings:
     threads: int = 2
     temperature: float = 0.0  # 0 = greedy; above, every method samples (seeded per prompt)
     what_if: bool = False  # also one untimed goose run per prompt recorded with its sources, for the what-if curves
-    head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.head.HEAD_CHOICES)
+    head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.heads.factory.HEAD_CHOICES)
     tensor_parallel: bool = False  # the model split over the ranks of a torchrun launch (goose.parallel)
 
     def __post_init__(self) -> None:

@@ -1,13 +1,13 @@
-"""The LM head, and a cheaper exact argmax for it (issue: cheaper verification).
+"""The exact heads: the model's own float32 head, and two cheaper exact argmaxes in front of it (issue:
+cheaper verification).
 
 With a 262k vocabulary the LM head dominates a CPU forward. Greedy
 verification needs only each node's argmax, and the adjacency table only a
 top-K that need not be exact. So the screened head multiplies in bfloat16
 first (several times faster here), bounds how far any bf16 logit can be from
 its float32 value, and recomputes in float32 only the rows that could still be
-the maximum. The argmax it returns is the float32 argmax. Sampling needs exact
-distributions, but only at the rows its walk visits: those get float32 logits
-on demand, every other row only the screen.
+the maximum. The argmax it returns is the float32 argmax. Sampling reads its
+rows through the same screen (goose.heads.rows.ScreenedRows).
 
 Error bound for row r, with h~ = bf16(h), w~ = bf16(w_r), a = bf16(h~ . w~):
   |h.w - a| <= |h - h~| |w| + |h~| |w - w~|        (input rounding, Cauchy-Schwarz)
@@ -23,29 +23,19 @@ idea with a different error bound, in Int8ScreenedHead.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 
 from goose.chunks import ChunkedRows
+from goose.heads.protocol import softcap
+from goose.heads.rows import ScreenedRows, TargetRows
 from goose.packed import kernels_exist, packed_product, reorder_weight
-from goose.parallel import is_sharded
-
-if TYPE_CHECKING:
-    from goose.model import GooseModel
 
 BF16_EPS = 2.0 ** -8   # relative rounding of a bf16 value
 FP32_EPS = 2.0 ** -24
 SCREEN_WIDTH = 16  # bf16 top-k searched for candidates before a full scan
 HEAD_REVISION = 2  # the screens' code: timings measured with another revision (head choice, costs) are stale
 HEADS = ("int8", "screened", "full")  # exact through an int8 or a bf16 screen, or the textbook float32 head
-HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster here (goose.costs.choose_head),
-# which may be a routed pair, one head for small calls and one for big (RoutedHead, "int8+screened@8")
-
-
-def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
-    """Gemma 2's final logit soft-capping (monotonic: argmax is unchanged)."""
-    return logits if cap is None else torch.tanh(logits / cap) * cap
 
 
 class FullHead:
@@ -53,6 +43,10 @@ class FullHead:
 
     def __init__(self, lm_head: torch.nn.Module, cap: float | None) -> None:
         self.lm_head, self.cap = lm_head, cap
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm_head.weight.shape[0]
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -94,7 +88,7 @@ class Screen(FullHead):
         """Screened logits [n, vocab] before soft-capping."""
         return self.screen(hidden)[0]
 
-    def _recompute(self, hidden: torch.Tensor, vocab: torch.Tensor) -> torch.Tensor:
+    def recompute(self, hidden: torch.Tensor, vocab: torch.Tensor) -> torch.Tensor:
         """Float32 logits (before soft-capping) of the pairs (hidden[j], vocabulary row vocab[j]), counted.
         Pair by pair, each a dot product of its own: a row's logits do not depend on the other rows in
         the call, so a tree's rows round exactly as the autoregressive step's row does."""
@@ -286,7 +280,7 @@ class Int8ScreenedHead(Screen):
         if flat.any():
             keep = ~flat[rows]
             rows, vocab = rows[keep], vocab[keep]
-        exact = self._recompute(hidden[rows], vocab)
+        exact = self.recompute(hidden[rows], vocab)
         best = torch.full((n,), -torch.inf).scatter_reduce(0, rows, exact, "amax")
         winners = exact == best[rows]
         # the first maximum, as torch.argmax over the full row would pick it
@@ -302,182 +296,3 @@ class Int8ScreenedHead(Screen):
         megabytes, and writing it costs more than the int8 product itself (measured)."""
         blocks = [super(Int8ScreenedHead, self).top(block, top_k) for block in hidden.split(self.ROW_BLOCK)]
         return torch.return_types.topk((torch.cat([b.values for b in blocks]), torch.cat([b.indices for b in blocks])))
-
-
-
-def gumbel_noise(size: int, generator: torch.Generator) -> torch.Tensor:
-    """Standard Gumbel noise: argmax(logits / T + noise) is a draw from softmax(logits / T) (Gumbel-max)."""
-    return -torch.log(-torch.log(torch.rand(size, generator=generator)))
-
-
-class TargetRows:
-    """One verified pass's rows as sampling needs them, exact in float32, each only when the walk asks:
-    a whole row, its exact top-k (ties at the k-th included), or one Gumbel-max draw from it.
-    This base computes every row of the full head at once."""
-
-    def __init__(self, head: FullHead, hidden: torch.Tensor) -> None:
-        self.head, self.hidden = head, hidden.float()
-        self._logits: torch.Tensor | None = None
-
-    @property
-    def vocab_size(self) -> int:
-        return self.head.lm_head.weight.shape[0]
-
-    def logits(self, i: int) -> torch.Tensor:
-        """Row i's float32 logits, soft-capped as the model's."""
-        return self._every_row()[i]
-
-    def _every_row(self) -> torch.Tensor:
-        if self._logits is None:
-            self._logits = self.head.logits(self.hidden)
-        return self._logits
-
-    def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, token ids) of row i's k largest logits and every token tied with the k-th."""
-        logits = self.logits(i)
-        ids = (logits >= torch.topk(logits, min(k, len(logits))).values[-1]).nonzero().squeeze(1)
-        return logits[ids], ids
-
-    def draw(self, i: int, temperature: float, generator: torch.Generator) -> int:
-        """A token drawn from softmax(row i / temperature)."""
-        noise = gumbel_noise(self.vocab_size, generator).to(self.hidden.device)
-        return int((self.logits(i) / temperature + noise).argmax())
-
-    def adjacency_top(self, k: int) -> torch.return_types.topk:
-        """Every row's top-k for the adjacency table (approximate where the head screens)."""
-        return torch.topk(self._every_row(), min(k, self.vocab_size), dim=-1)
-
-
-class ScreenedRows(TargetRows):
-    """The same through a screen: one screen of every row, float32 only for the vocabulary rows that the
-    screen's bound cannot rule out (as the screens' greedy argmax does). The soft-cap is 1-Lipschitz and
-    monotonic, so a bound on the raw logits bounds the capped ones too."""
-
-    def __init__(self, head: Screen, hidden: torch.Tensor) -> None:
-        super().__init__(head, hidden)
-        approx, self.bound = head.screen(self.hidden)
-        self.approx = softcap(approx, head.cap)
-
-    def logits(self, i: int) -> torch.Tensor:
-        return self.head.logits(self.hidden[i:i + 1])[0]
-
-    def _exact(self, i: int, vocab: torch.Tensor) -> torch.Tensor:
-        return softcap(self.head._recompute(self.hidden[i], vocab), self.head.cap)
-
-    def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        # The true k-th largest logit t >= (k-th largest screened) - bound, and a token at or above t has a
-        # screened logit >= t - bound: so every candidate for the top-k (ties included) is in here.
-        approx, bound = self.approx[i], self.bound[i]
-        candidates = (approx >= torch.topk(approx, min(k, len(approx))).values[-1] - 2 * bound).nonzero().squeeze(1)
-        if len(candidates) > self.head.FLAT:
-            return super().top(i, k)
-        exact = self._exact(i, candidates)
-        keep = exact >= torch.topk(exact, min(k, len(exact))).values[-1]
-        return exact[keep], candidates[keep]
-
-    def draw(self, i: int, temperature: float, generator: torch.Generator) -> int:
-        # Gumbel-max through the screen: noisy screened logits lie within bound / T of the noisy exact ones,
-        # so only tokens within twice that of the noisy screened maximum can win; float32 decides among them.
-        noise = gumbel_noise(self.vocab_size, generator).to(self.hidden.device)
-        noisy = self.approx[i] / temperature + noise
-        margin = 2 * self.bound[i] / temperature
-        candidates = (noisy >= noisy.max() - margin).nonzero().squeeze(1)
-        if len(candidates) > self.head.FLAT:
-            return int((self.logits(i) / temperature + noise).argmax())
-        exact = self._exact(i, candidates) / temperature + noise[candidates]
-        return int(candidates[exact.argmax()])
-
-    def adjacency_top(self, k: int) -> torch.return_types.topk:
-        # read through the chunks' maxima, as greedy's top-k is (the rows are soft-capped already)
-        return ChunkedRows(self.approx).top(k)
-
-
-class RoutedHead:
-    """Two exact heads, each on the calls it is faster for: `small` below `rows` rows a call, `large` from there.
-
-    Why: the best screen depends on how many rows a call holds (measured, embedded model, AVX-512/AMX Xeon,
-    2 threads: 1 row int8 16 ms, bf16 38 ms; 32 rows int8 95 ms, bf16 61 ms): the autoregressive step and small
-    trees want one, big trees the other. Both return the float32 argmax and float32 rows where sampling asks, so
-    which one answers a call changes no token; only the adjacency table's approximate top-k comes from the
-    screen that answered."""
-
-    def __init__(self, small: FullHead, large: FullHead, rows: int) -> None:
-        self.small, self.large, self.rows = small, large, rows
-        self.lm_head, self.cap = large.lm_head, large.cap
-
-    def pick(self, hidden: torch.Tensor) -> FullHead:
-        return self.small if hidden.shape[0] < self.rows else self.large
-
-    @property
-    def screened_rows(self) -> int:
-        return sum(getattr(head, "screened_rows", 0) for head in (self.small, self.large))
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.large.logits(hidden)
-
-    def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
-        return self.pick(hidden).greedy(hidden, top_k)
-
-    def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
-        return self.pick(hidden).top(hidden, top_k)
-
-    def target_rows(self, hidden: torch.Tensor) -> TargetRows:
-        return self.pick(hidden).target_rows(hidden)
-
-
-def routed_kind(small: str, large: str, rows: int) -> str:
-    """The name of a routed head: "int8+screened@8" is int8 below 8 rows a call, screened from 8."""
-    return f"{small}+{large}@{rows}"
-
-
-def parse_routed(kind: str) -> tuple[str, str, int] | None:
-    """(small, large, rows) of a routed head's name, None for any other name."""
-    pair, _, rows = kind.partition("@")
-    small, _, large = pair.partition("+")
-    if small in HEADS and large in HEADS and small != large and rows.isdigit() and int(rows) >= 2:
-        return small, large, int(rows)
-    return None
-
-
-def known_head(kind: str) -> bool:
-    """A head a run may ask for: one of HEAD_CHOICES, or a routed pair of HEADS (routed_kind)."""
-    return kind in HEAD_CHOICES or (isinstance(kind, str) and parse_routed(kind) is not None)
-
-
-HEAD_CLASSES = {"int8": Int8ScreenedHead, "screened": ScreenedHead, "full": FullHead}
-
-
-def heads_built(lm_head: torch.nn.Module) -> list[str]:
-    """The heads that really exist for this LM head: the screens need a whole float32 Linear head without bias
-    (their bounds assume it; a head split over ranks is not whole: goose.parallel), "int8" also fbgemm and a CPU;
-    elsewhere they would be the full head."""
-    plain = (isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and lm_head.weight.dtype == torch.float32
-             and not is_sharded(lm_head.weight))
-    return [kind for kind in HEADS
-            if kind == "full" or (plain and (kind != "int8" or Int8ScreenedHead.available(lm_head)))]
-
-
-def make_head(model: torch.nn.Module, kind: str = "screened") -> FullHead:
-    """The head `kind` where it is built for this model (heads_built), else the full one."""
-    if kind not in HEADS:
-        raise ValueError(f"unknown head {kind!r}; choose one of {', '.join(HEADS)}")
-    config = model.config.get_text_config(decoder=True)
-    cap = getattr(config, "final_logit_softcapping", None)
-    lm_head = model.get_output_embeddings()
-    return HEAD_CLASSES[kind if kind in heads_built(lm_head) else "full"](lm_head, cap)
-
-
-def head_for(goose_model: GooseModel, kind: str = "screened") -> FullHead:
-    """One head of each kind per model, built on first use and kept on the model: the screened head's
-    bfloat16 weight copy and norms cost about a second on the embedded model, once rather than per call."""
-    heads = goose_model.cache.heads
-    if kind not in heads:
-        routed = parse_routed(kind)
-        heads[kind] = (RoutedHead(head_for(goose_model, routed[0]), head_for(goose_model, routed[1]), routed[2])
-                       if routed else make_head(goose_model.model, kind))
-    return heads[kind]
-
-
-def heads_here(goose_model: GooseModel) -> list[str]:
-    """The heads really built for this model on its device (gpu_check and auto time only these)."""
-    return heads_built(goose_model.model.get_output_embeddings())
