@@ -6,7 +6,7 @@ the loop resolves to whichever is faster here (goose.costs.choose_head) before i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
@@ -15,8 +15,13 @@ from goose.heads.routing import RoutedHead, parse_routed
 from goose.heads.screens import HEADS, FullHead, Int8ScreenedHead, ScreenedHead
 from goose.parallel import is_sharded
 
-if TYPE_CHECKING:
-    from goose.model import GooseModel
+
+class ModelWithCache(Protocol):
+    """What the factory reads of a goose.model.GooseModel: the model, and the cache its heads are kept in (the
+    heads stay below the model's module: they are built from a torch model, whatever loaded it)."""
+
+    model: torch.nn.Module
+    cache: Any
 
 HEAD_CHOICES = ("auto", *HEADS)  # auto (the default): whichever exact head is faster here (goose.costs.choose_head),
 # which may be a routed pair, one head for small calls and one for big (RoutedHead, "int8+screened@8")
@@ -48,7 +53,7 @@ def make_head(model: torch.nn.Module, kind: str = "screened") -> FullHead:
     return HEAD_CLASSES[kind if kind in heads_built(lm_head) else "full"](lm_head, cap)
 
 
-def head_for(goose_model: GooseModel, kind: str = "screened") -> LMHead:
+def head_for(goose_model: ModelWithCache, kind: str = "screened") -> LMHead:
     """One head of each kind per model, built on first use and kept on the model: the screened head's
     bfloat16 weight copy and norms cost about a second on the embedded model, once rather than per call."""
     heads = goose_model.cache.heads
@@ -59,6 +64,6 @@ def head_for(goose_model: GooseModel, kind: str = "screened") -> LMHead:
     return heads[kind]
 
 
-def heads_here(goose_model: GooseModel) -> list[str]:
+def heads_here(goose_model: ModelWithCache) -> list[str]:
     """The heads really built for this model on its device (gpu_check and auto time only these)."""
     return heads_built(goose_model.model.get_output_embeddings())
