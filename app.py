@@ -4,7 +4,7 @@ Honours GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (and PORT) and uses a GPU when
 one is present (goose.load_model picks it). The operator's policy comes from
 GOOSE_* environment variables (GOOSE_MODELS, GOOSE_ALLOW_ANY_MODEL,
 GOOSE_MAX_MODELS, GOOSE_MODEL_FACTORIES; GOOSE_MAX_PROMPT_TOKENS,
-GOOSE_MAX_NEW_TOKENS, GOOSE_MAX_BUDGET, GOOSE_MAX_RUN_SECONDS; see the README).
+GOOSE_MAX_NEW_TOKENS, GOOSE_MAX_BUDGET, GOOSE_MAX_RUN_SECONDS; see docs/SPACE.md).
 The server opens only once the first offered model is loaded and warm (head
 choice, cost table, a short run of every method), so the first visitor's run
 is as fast as the third. On a ZeroGPU Space the main process has no GPU: it

@@ -131,7 +131,7 @@ def check_cells(summary: dict[str, Any]) -> list[str]:
 
 
 def markdown_table(summary: Sequence[dict[str, Any]]) -> str:
-    """The summary as a Markdown table (for docs/METHOD.md and closing notes)."""
+    """The summary as a Markdown table (for docs/WHAT_IF.md and closing notes)."""
     rows = [CHECK_HEADER, ["---"] * len(CHECK_HEADER), *(check_cells(s) for s in summary)]
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 

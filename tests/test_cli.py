@@ -1,0 +1,59 @@
+"""`python -m goose generate`: the run's speed and what the process paid once, as separate figures."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from tiny import tiny_llama
+
+import goose
+from goose import cli
+from goose.bench.runner import WARMUP_TOKENS
+
+
+@pytest.fixture
+def runs(monkeypatch, tmp_path) -> list[int]:
+    """The tiny model stands in for the embedded one; returns each generation's max_new_tokens, in order."""
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))  # its measured costs stay out of the user's cache
+    monkeypatch.setattr(goose, "load_model", lambda *args, **kwargs: tiny_llama(0))
+    requested: list[int] = []
+
+    class Spy(cli.Generation):
+        def __init__(self, goose_model, request, *args, **kwargs) -> None:
+            requested.append(request.max_new_tokens)
+            super().__init__(goose_model, request, *args, **kwargs)
+
+    monkeypatch.setattr(cli, "Generation", Spy)
+    return requested
+
+
+def test_generate_warms_up_untimed_then_prints_the_run_and_the_one_off_costs_apart(runs, capsys):
+    assert cli.main(["generate", "--prompt", "The cat", "--max-new-tokens", "12"]) == 0
+    assert runs == [WARMUP_TOKENS, 12], "the bench's warm-up, then the timed run"
+    out, err = capsys.readouterr()
+    run_line, once_line = err.strip().splitlines()[-2:]
+    assert re.search(r"12 tokens in \d+ forward passes .* [\d.]+ tokens/s, [\d.]+ s; stop: max_new_tokens", run_line)
+    assert re.fullmatch(r"\[once per process, outside the run's clock\] model load [\d.]+ s, "
+                        rf"warm-up [\d.]+ s \(an untimed {WARMUP_TOKENS}-token run, as the bench's\)", once_line)
+    assert out.strip(), "the text goes to stdout, the figures to stderr"
+
+
+def test_generate_without_warm_up_times_the_first_run_and_says_so(runs, capsys):
+    assert cli.main(["generate", "--prompt", "The cat", "--max-new-tokens", "12", "--no-warm-up"]) == 0
+    assert runs == [12]
+    assert capsys.readouterr().err.strip().endswith("no warm-up: the run's clock includes the first run's set-up")
+
+
+def test_generate_json_keeps_stdout_to_the_timed_run(runs, capsys):
+    assert cli.main(["generate", "--prompt", "The cat", "--max-new-tokens", "5", "--json"]) == 0
+    assert runs == [5, 5], "a warm-up never longer than the run"
+    record = json.loads(capsys.readouterr().out)
+    assert record["totals"]["new_tokens"] == 5
+
+
+def test_generate_refuses_bad_input_before_loading_the_model(runs, monkeypatch, capsys):
+    monkeypatch.setattr(goose, "load_model", lambda *args, **kwargs: pytest.fail("loaded for a refused request"))
+    assert cli.main(["generate", "--prompt", "", "--max-new-tokens", "12"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
