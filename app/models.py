@@ -45,7 +45,7 @@ def canonical_name(name: str | None) -> str:
 def warm(model: goose.GooseModel) -> bool:
     """Pay, outside any visitor's clock, what a model's first run in this process pays once: the head
     choice (timed per model), the verification cost table (measured once per device, then read from
-    disk), each method's budget tuner, the packed weights and the kernels' first calls — one short run
+    disk), the packed weights and the kernels' first calls — one short run
     of every method with the default head, sources recorded as Explore does. False when already warm."""
     if model.__dict__.get(_WARM):
         return False

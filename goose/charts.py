@@ -242,9 +242,11 @@ def what_if_steps_chart(real: Sequence[int], accepted: Sequence[int], exact: Seq
     return _style(figure, "Accepted length per step", "accepted tokens", legend=True)
 
 
-def what_if_charts(curves: Mapping[str, Any], title: str) -> list[go.Figure]:
-    """The bench report's what-if charts from goose.whatif.sweep's curves."""
-    return [budget_sweep_chart(curves["budget"], f"{title}: counterfactual τ and estimated speed-up vs budget"),
+def what_if_charts(curves: Mapping[str, Any], title: str, best: Mapping[str, int] | None = None) -> list[go.Figure]:
+    """The bench report's what-if charts from goose.whatif.sweep's curves; `best`: per method the best budget
+    (goose.whatif.best_budget), starred."""
+    return [budget_sweep_chart(curves["budget"], f"{title}: counterfactual τ and estimated speed-up vs budget",
+                               best=best),
             spine_share_chart(curves["spine_share"], f"{title}: counterfactual τ vs spine share r (goose)")]
 
 

@@ -90,7 +90,7 @@ _GOOSE_MODELS: WeakKeyDictionary = WeakKeyDictionary()
 
 def goose_model_for(model: torch.nn.Module | GooseModel, tokenizer=None) -> GooseModel:
     """The GooseModel `generate` runs for this transformers model: made once per model object and kept, so
-    that its heads, verification costs and budget tuners are built once.
+    that its heads and verification costs are built once (every run starts its budget tuner afresh).
 
     Give a GooseModel (from goose.load_model) to have `generate` share it. The tokenizer (Goose needs the
     end-of-sequence id and token texts) is the one given here, else one given before for this model, else

@@ -21,7 +21,7 @@ from goose.bench.what_if import CHECK_HEADER, check_cells
 from goose.drafters import Balanced, SpineTree
 from goose.metrics import MethodMetrics
 from goose.trace import RunRecord
-from goose.whatif import agreement, sweep
+from goose.whatif import agreement, best_budget, sweep
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
@@ -92,8 +92,11 @@ def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetri
     table = _table(["method", "budget", "replayed tau", "real tau (bench)", "difference"],
                    agreement(traces, real_tau, settings.get("budget")))
     check_table = _table(CHECK_HEADER, [check_cells(c) for c in checks]) if checks else ""
+    curves = sweep(traces)
+    best = {method: budget for method, points in curves["budget"].items()
+            if (budget := best_budget(points)) is not None}
     figures_html = "".join(figure.to_html(full_html=False, include_plotlyjs=False)
-                           for figure in charts.what_if_charts(sweep(traces), settings.get("suite", "")))
+                           for figure in charts.what_if_charts(curves, settings.get("suite", ""), best))
     return (f"<h2>What if (from {len(traces)} recorded runs of goose)</h2><p>One extra goose run per prompt, "
             "recorded with its sources, replayed under each setting with the replay's own step boundaries "
             "(docs/METHOD.md): tau, and a wall time estimated from this device's cost table. The first table "
