@@ -108,7 +108,7 @@ class Generation:
             t0 = time.perf_counter()
             state = self._draft_state(anchor, before_anchor)
             tree, budget = self.drafter.draft(state)
-            self._notify("drafted", state, tree)
+            t0 += self._notify("drafted", state, tree)  # the observers' time is neither the run's nor the step's
             t1 = time.perf_counter()
             verification = self.target.verify(tree, before_anchor, self.adjacency)
             t2 = time.perf_counter()
@@ -127,13 +127,16 @@ class Generation:
             path = [anchor, *new_tokens]
             anchor, before_anchor = path[-1], path[-2]
 
-    def _notify(self, event: str, *args) -> None:
-        """Tell the observers; their time leaves the run's clock."""
-        if self.observers:
-            started = time.perf_counter()
-            for observer in self.observers:
-                getattr(observer, event)(self, *args)
-            self._start += time.perf_counter() - started
+    def _notify(self, event: str, *args) -> float:
+        """Tell the observers; their time leaves the run's clock. Returns the seconds they took."""
+        if not self.observers:
+            return 0.0
+        started = time.perf_counter()
+        for observer in self.observers:
+            getattr(observer, event)(self, *args)
+        paused = time.perf_counter() - started
+        self._start += paused
+        return paused
 
     def _prefill(self) -> int:
         """One pass over the whole prompt: the first new token; the prompt's rows seed the adjacency table."""
