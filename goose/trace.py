@@ -209,9 +209,9 @@ class RunRecord:
     @property
     def has_replay_data(self) -> bool:
         """Recorded with what a whole-run replay needs: every pass's adjacency rows (if it kept a table)
-        and each tree's shape (goose.whatif)."""
-        return self.prefill_rows is not None and bool(self.steps) and all(step.shape is not None
-                                                                          for step in self.steps)
+        and each tree's shape (goose.whatif). A run that ended at the prefill's token has no step to replay,
+        and replays to itself all the same."""
+        return self.prefill_rows is not None and all(step.shape is not None for step in self.steps)
 
     def to_dict(self) -> dict[str, Any]:
         pool = RowPool()

@@ -46,7 +46,7 @@ from goose.walk import Verdict, Verification
 # Knobs that change the sources themselves (the matcher, the table, the EMA), not the shape built from them:
 # a recording cannot answer for them.
 SOURCE_SETTINGS = ("ngram_lengths", "max_chain", "long_match", "extend_above", "max_extended_chain", "top_k",
-                   "ema_alpha", "ema_start", "warm_start")
+                   "ema_alpha", "ema_start")
 ALIASES = {"rho": "spine_branch_share", "branch_depth": "max_branch_depth", "k": "branching"}
 
 

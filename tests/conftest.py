@@ -14,3 +14,16 @@ def gemma():
     import goose
 
     return goose.load_model(device="cpu")
+
+
+FLAT_COSTS = {1: 1.0, 4: 1.01, 16: 1.05}
+
+
+@pytest.fixture
+def flat_costs(monkeypatch):
+    """A flat verification cost table for tiny models in place of the measured one: a tiny model's measured
+    costs follow the machine's load, and a steep table makes the root alone the tuner's pick for whole runs;
+    flat, every auto-budget run drafts trees."""
+    import goose.decode
+
+    monkeypatch.setattr(goose.decode, "cost_table", lambda model, head="screened": dict(FLAT_COSTS))

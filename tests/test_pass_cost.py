@@ -18,7 +18,7 @@ def test_every_part_is_timed_at_every_size_and_the_passes_add_up():
     assert row.split(" | ")[2] == f"{1000 * (body + head):.1f}"
 
 
-def test_the_step_profile_splits_real_steps_of_every_method():
+def test_the_step_profile_splits_real_steps_of_every_method(flat_costs):
     model = tiny_llama(0)
     table = step_profile(model, ["abc abc abc abc", "the cat. the cat. the"], ["autoregressive", "goose"], 12)
     assert table["autoregressive"]["nodes"] == 1 and table["autoregressive"]["tau"] == 1

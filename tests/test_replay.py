@@ -267,8 +267,10 @@ def test_a_run_that_stops_early_replays_to_itself(models, method):
     ends where the recording ends and drafts those trees too."""
     for goose_model in models:
         full = goose.generate(goose_model, PROMPTS[1], method, 60)
-        run = goose.generate(goose_model, PROMPTS[1], method, 60, stop=full.text[30:33], record_sources=True)
-        assert run.stop_reason == "stop_string" and len(run.tokens) < 60
+        middle = len(full.text) // 2
+        stop = full.text[middle:middle + 2]
+        run = goose.generate(goose_model, PROMPTS[1], method, 60, stop=stop, record_sources=True)
+        assert stop and run.stop_reason == "stop_string" and len(run.tokens) < 60
         replayed = run_what_if(run).replayed
         assert recorded_trees(replayed) == recorded_trees(run) and replayed.tokens == run.tokens
         assert replayed.stop_reason == run.stop_reason

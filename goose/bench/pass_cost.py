@@ -113,7 +113,7 @@ def markdown_table(parts: dict[str, dict[int, float]]) -> str:
 
 
 class StepClock:
-    """Seconds spent in each part of a generation's steps, by wrapping its verifier's and walker's calls."""
+    """Seconds spent in each part of a generation's steps, by wrapping its model target's verifier and walker."""
 
     PARTS = {"forward": ("verifier", "forward_tree"), "head and walk": ("walker", "walk"),
              "commit": ("verifier", "commit")}
@@ -121,7 +121,7 @@ class StepClock:
     def __init__(self, generation: Generation) -> None:
         self.seconds: dict[str, list[float]] = {part: [] for part in self.PARTS}
         for part, (owner, name) in self.PARTS.items():
-            target = getattr(generation, owner)
+            target = getattr(generation.target, owner)
             setattr(target, name, self._timed(part, getattr(target, name)))
 
     def _timed(self, part: str, call: Callable) -> Callable:
