@@ -423,7 +423,7 @@ def test_lab_opens_a_fresh_explore_run(page) -> None:
 
 
 def test_lab_changes_budget_and_spine_share_on_a_replayed_trace(page) -> None:
-    """The shipped code-completion trace (recorded with snapshots) in the Lab, no model involved."""
+    """The shipped code-completion trace (recorded with its sources) in the Lab, no model involved."""
     import goose
     from app.callbacks import EXAMPLE_TRACES
     from goose.trace import RunRecord
