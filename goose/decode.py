@@ -248,9 +248,9 @@ class Recorder(Observer):
         self._shape = generation.drafter.shape_for(state)
         if self.shadow is not None:
             merged = tree.merged_with(self.shadow.build(state, self.shadow.budget(state)))
-            rows = generation.target.rows_beside(merged, generation.adjacency) if len(merged) > len(tree) else []
-            self._shadow_rows = [(merged.parents[i], merged.tokens[i], row)
-                                 for i, row in zip(range(len(tree), len(merged)), rows[len(tree):])]
+            extra = range(len(tree), len(merged))  # the shadow's nodes the step's tree lacks
+            rows = generation.target.rows_beside(merged, generation.adjacency, len(tree)) if extra else []
+            self._shadow_rows = [(merged.parents[i], merged.tokens[i], row) for i, row in zip(extra, rows)]
 
     def stepped(self, generation: Generation, step: StepRecord, verification: Verification) -> None:
         step.rows = list(verification.rows) if verification.rows is not None else []

@@ -132,10 +132,10 @@ class ModelTarget:
             verification.rows = list(table.rows(top.indices, top.values))
         return verification
 
-    def rows_beside(self, tree: DraftTree, table: AdjacencyTable) -> list[Row]:
-        """The rows of `tree`'s nodes verified beside the run, not in it: the cache is cut back to the committed
-        prefix afterwards and nothing else changes (a recording's shadow tree)."""
-        hidden = self.verifier.forward_tree(tree)
+    def rows_beside(self, tree: DraftTree, table: AdjacencyTable, start: int) -> list[Row]:
+        """The rows of `tree`'s nodes from `start` on, verified beside the run, not in it: the cache is cut back
+        to the committed prefix afterwards and nothing else changes (a recording's shadow tree)."""
+        hidden = self.verifier.forward_tree(tree)[start:]
         self.verifier.truncate(self.verifier.prefix_length)
         top = self.walker.head.top(hidden, table.top_k)
         return list(table.rows(top.indices, top.values))

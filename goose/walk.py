@@ -47,6 +47,13 @@ class Verification:
         return [tree.tokens[n] for n in self.accepted] + [self.bonus]
 
 
+def greedy_verdicts(tree: DraftTree, node: int, target: int | None) -> dict[int, Verdict]:
+    """The verdict on each child of `node` when the target's greedy choice there is `target`."""
+    return {child: Verdict("accepted", None, "") if tree.tokens[child] == target else
+            Verdict("rejected", None, "the target model predicted another token here")
+            for child in tree.child_list(node)}
+
+
 class GreedyWalker:
     """Greedy verification: exact argmax per row (the head may screen), follow the matching child."""
 
@@ -67,9 +74,7 @@ class GreedyWalker:
         node = 0
         while True:
             target = targets[node]
-            for child in tree.child_list(node):
-                verdicts[child] = (Verdict("accepted", None, "") if tree.tokens[child] == target else
-                                   Verdict("rejected", None, "the target model predicted another token here"))
+            verdicts.update(greedy_verdicts(tree, node, target))
             child = tree.children[node].get(target)
             if child is None:
                 return Verification(accepted, target, targets, verdicts), top

@@ -41,7 +41,7 @@ from goose.sources.adjacency import Row
 from goose.sources.prior import find_prior
 from goose.trace import RunRecord, RunTotals, StepRecord
 from goose.tree import DraftTree
-from goose.walk import Verdict, Verification
+from goose.walk import Verification, greedy_verdicts
 
 # Knobs that change the sources themselves (the matcher, the table, the EMA), not the shape built from them:
 # a recording cannot answer for them.
@@ -257,9 +257,7 @@ class RecordedTarget:
         verdicts = {}
         for depth, node in enumerate([0, *accepted]):
             targets[node] = continuation[depth] if depth < len(continuation) else None
-            for child in tree.child_list(node):
-                verdicts[child] = (Verdict("accepted", None, "") if tree.tokens[child] == targets[node] else
-                                   Verdict("rejected", None, "the target model predicted another token here"))
+            verdicts.update(greedy_verdicts(tree, node, targets[node]))
         rows = self._rows(tree, before_anchor) if table is not None else None
         self.position += len(accepted) + 1
         return Verification(accepted, bonus, targets, verdicts, rows)
