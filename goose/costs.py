@@ -235,9 +235,14 @@ def no_dearer_than_bigger(costs: Mapping[int, float]) -> dict[int, float]:
 
 def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = None,
                head: str = "screened") -> dict[int, float]:
-    """This device's verification cost per node count with the given LM head, measured on first use and cached."""
+    """This device's verification cost per node count with the given LM head, measured on first use and cached
+    (on disk for every process, and with the model so that a run does not read the file again)."""
     key = _cost_key(goose_model, torch.get_num_threads(), head)
-    # split over ranks, every rank measures and all keep the slowest rank's times: their tuners then agree
-    table = _cached(cache_file or cache_dir() / "verify-costs.json", key, lambda: {
-        str(n): c for n, c in agreed_costs(goose_model.model, measure_costs(goose_model, head=head)).items()})
-    return no_dearer_than_bigger({int(n): c for n, c in table.items()})
+    path = str(cache_file or cache_dir() / "verify-costs.json")
+    kept = goose_model.cache.cost_tables
+    if (path, key) not in kept:
+        # split over ranks, every rank measures and all keep the slowest rank's times: their tuners then agree
+        table = _cached(path, key, lambda: {
+            str(n): c for n, c in agreed_costs(goose_model.model, measure_costs(goose_model, head=head)).items()})
+        kept[path, key] = no_dearer_than_bigger({int(n): c for n, c in table.items()})
+    return dict(kept[path, key])

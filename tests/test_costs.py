@@ -58,6 +58,22 @@ def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured
     assert os.listdir(path.parent) == ["costs.json"]  # written through a staging file, nothing left behind
 
 
+def test_a_model_reads_its_cost_table_from_disk_once(tmp_path, measured, monkeypatch):
+    """Every tuned or recorded run asks for the table: the file is read on the first ask only."""
+    path = tmp_path / "costs.json"
+    model = tiny_llama(0)
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    reads = []
+    real_cached = costs_module._cached
+    monkeypatch.setattr(costs_module, "_cached", lambda *args: reads.append(args) or real_cached(*args))
+    table = cost_table(model, path)
+    table[2] = 99.0  # a caller's copy: the kept table is not changed through it
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    assert reads == []
+    cost_table(tiny_llama(0), path)  # another model object reads the file (measured once, by the first)
+    assert len(reads) == 1 and measured == [model.name]
+
+
 def test_a_corrupt_cost_cache_is_measured_again_and_replaced_whole(tmp_path, measured):
     path = tmp_path / "costs.json"
     path.write_text("{not json")
