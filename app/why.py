@@ -149,7 +149,7 @@ def draw(spine_rate: Any, spine_ratio: Any, branch_rate: Any, branch_ratio: Any,
         point = (measured.gap, accepted) if accepted is not None and measured.gap else None
         by_gap = charts.expected_length_chart(
             gap_curves(GAPS, budget, spine, branch),
-            f"Expected accepted tokens per step vs the quality gap, at budget {budget} (the sliders': {gap:.3g}x)",
+            f"Expected accepted tokens vs the gap, budget {budget} (dotted: the sliders' {gap:.3g}x)",
             measured=point, at=gap)
         by_gap.update_xaxes(type="log", tickvals=list(GAPS))
     return Model(verdict=verdict_html(tree, spine, branch),
@@ -256,7 +256,7 @@ def why_tab(runs: dict[str, gr.State]) -> None:
     gr.Markdown("Why is the best tree a **spine**? Under the paper's model each source's guesses are accepted at "
                 "their own rate, falling (or not) with depth along the spine and with rank among a token's "
                 "successors; a node is accepted when its whole path is. For any rates the tree that accepts "
-                "the most tokens per step is found exactly ([docs/METHOD.md](docs/METHOD.md), \"Why a spine\"). "
+                "the most tokens per step is found exactly (docs/METHOD.md, \"Why a spine\"). "
                 "Set the rates, or fit them to a run.")
     run = gr.State(None)
     measured = gr.State(None)

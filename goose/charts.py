@@ -332,7 +332,8 @@ def pooled_split_chart(rows: Mapping[str, tuple[int, int, int]]) -> go.Figure:
         figure.add_trace(go.Bar(y=names, x=tokens, name=label, orientation="h", marker_color=colour,
                                 text=["" if s is None else f"{s:.0%}" for s in shares], textposition="inside",
                                 hovertemplate=f"%{{y}}: %{{x}} tokens {label}<extra></extra>"))
-    figure.update_layout(barmode="stack", xaxis_title="tokens", yaxis_autorange="reversed")
+    figure.update_layout(barmode="stack", xaxis_title="tokens", yaxis_autorange="reversed",
+                         legend={"orientation": "h", "y": -0.35, "traceorder": "normal"})
     figure = _style(figure, "Pooled over the run", "", legend=True)
-    figure.update_layout(height=max(180, 90 + 45 * len(names)))
+    figure.update_layout(height=max(HEIGHT - 60, 160 + 45 * len(names)))
     return figure
