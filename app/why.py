@@ -43,11 +43,12 @@ from goose.optimal import (
 from goose.trace import RunRecord
 
 MAX_BUDGET = 128  # the budget slider's and the budget curve's reach
-SPINE_DEPTH = MAX_BUDGET - 1  # rates given for every spine depth a tree of MAX_BUDGET nodes can reach
+DEEPEST = MAX_BUDGET - 1  # the deepest spine node a tree of MAX_BUDGET nodes holds
 BRANCH_RANKS = GooseConfig().top_k  # a token's successors in the adjacency table
 GAPS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 18.0, 24.0)
 # the sliders' first setting: the example of docs/METHOD.md, "Why a spine" (a 6x gap, the paper's median)
-DEFAULTS = {"spine_rate": 0.72, "spine_ratio": 1.0, "branch_rate": 0.12, "branch_ratio": 0.5, "budget": 32}
+DEFAULTS = {"spine_rate": 0.72, "spine_ratio": 1.0, "spine_length": 64, "branch_rate": 0.12, "branch_ratio": 0.5,
+            "budget": 32}
 TREE_HEIGHT = 460
 PARTS = ("taken", "lost_to_shape", "lost_to_sources")  # goose.diagnose's split, in charts.SPLIT_PARTS's order
 WHOLE_RUN = "whole run"
@@ -97,10 +98,10 @@ def pooled_rows(diagnosis: Any) -> dict[str, tuple[int, int, int]]:
 
 # ---------------------------------------------------------------- the rate model
 
-def model_rates(spine_rate: float, spine_ratio: float, branch_rate: float,
+def model_rates(spine_rate: float, spine_ratio: float, spine_length: int, branch_rate: float,
                 branch_ratio: float) -> tuple[list[float], list[float]]:
-    """The sliders as the model's rates: the spine's by depth, the branches' by rank."""
-    return (geometric_rates(float(spine_rate), float(spine_ratio), SPINE_DEPTH),
+    """The sliders as the model's rates: the spine's by depth, as deep as its match goes; the branches' by rank."""
+    return (geometric_rates(float(spine_rate), float(spine_ratio), min(max(1, int(spine_length)), DEEPEST)),
             geometric_rates(float(branch_rate), float(branch_ratio), BRANCH_RANKS))
 
 
@@ -132,11 +133,11 @@ class Model:
     gap_chart: go.Figure | None  # None when a source's first rate is 0: no gap to speak of
 
 
-def draw(spine_rate: Any, spine_ratio: Any, branch_rate: Any, branch_ratio: Any, budget: Any,
+def draw(spine_rate: Any, spine_ratio: Any, spine_length: Any, branch_rate: Any, branch_ratio: Any, budget: Any,
          measured: MeasuredRates | None = None) -> Model:
     """The optimal, best balanced and chain trees at the sliders' rates and budget, and the two curves, with
     the measured run (if any) marked on both."""
-    spine, branch = model_rates(spine_rate, spine_ratio, branch_rate, branch_ratio)
+    spine, branch = model_rates(spine_rate, spine_ratio, spine_length, branch_rate, branch_ratio)
     budget = min(max(1, int(budget or 1)), MAX_BUDGET)
     tree = optimal_tree(budget, spine, branch)
     accepted = measured.mean_accepted if measured is not None else None
@@ -167,9 +168,11 @@ def _fitted(measured: MeasuredRates) -> str:
     def tried(source: str) -> str:
         counts = measured.counts[source]
         nodes = sum(t for _, t in counts.values())
-        return f"{nodes} nodes tried at {len(counts)} {'depths' if source == 'spine' else 'ranks'}"
+        where = f"down to depth {max(counts)} (the match length)" if source == "spine" else f"at {len(counts)} ranks"
+        return f"{nodes} nodes tried {where}"
 
-    parts = [f"spine: {tried('spine')}" if measured.spine else "no spine node was tried (the sliders keep it)",
+    parts = [f"spine: {tried('spine')}" if measured.spine
+             else "no spine node was tried (the sliders keep it)",
              f"branches: {tried('branch')}" if measured.branch else "no branch node was tried (the sliders keep it)"]
     gap = f" Measured gap {measured.gap:.3g}x." if measured.gap else ""
     accepted = (f" The run accepted {measured.mean_accepted:.2f} draft tokens per step (τ per step "
@@ -217,6 +220,7 @@ class Measured(StepShown):
     step: gr.Slider
     spine_rate: float | Keep = KEEP
     spine_ratio: float | Keep = KEEP
+    spine_length: int | Keep = KEEP
     branch_rate: float | Keep = KEEP
     branch_ratio: float | Keep = KEEP
 
@@ -228,7 +232,8 @@ def measure(run: RunRecord | None) -> Measured:
                         status=NO_RUN, split_status="", pooled=None, steps=None,
                         step=gr.Slider(0, 1, value=0, interactive=False))
     fit = measured_rates(run.steps)
-    spine = dict(zip(("spine_rate", "spine_ratio"), fit.spine)) if fit.spine else {}
+    spine = ({"spine_rate": fit.spine[0], "spine_ratio": fit.spine[1], "spine_length": fit.spine_depth}
+             if fit.spine else {})
     branch = dict(zip(("branch_rate", "branch_ratio"), fit.branch)) if fit.branch else {}
     status = f"**{run.method}** on {run.model}, {len(run.steps)} steps. Fitted to its trees: {_fitted(fit)}"
     try:
@@ -268,6 +273,8 @@ def why_tab(runs: dict[str, gr.State]) -> None:
                                        label="spine: accepted at depth 1", elem_id="why-spine-rate")
                 spine_ratio = gr.Slider(*RATIO_RANGE, value=DEFAULTS["spine_ratio"], step=GRID_STEP,
                                         label="spine: × per depth", elem_id="why-spine-ratio")
+                spine_length = gr.Slider(1, DEEPEST, value=DEFAULTS["spine_length"], step=1,
+                                         label="spine: match length (depths)", elem_id="why-spine-length")
             with gr.Row():
                 branch_rate = gr.Slider(0.0, 1.0, value=DEFAULTS["branch_rate"], step=GRID_STEP,
                                         label="branch: accepted at rank 1", elem_id="why-branch-rate")
@@ -300,7 +307,8 @@ def why_tab(runs: dict[str, gr.State]) -> None:
     step_split = gr.HTML(elem_id="why-step-split")
     step_tree = gr.HTML(tree_iframe(None), elem_id="why-step-tree")
 
-    rates = {"spine_rate": spine_rate, "spine_ratio": spine_ratio, "branch_rate": branch_rate,
+    rates = {"spine_rate": spine_rate, "spine_ratio": spine_ratio, "spine_length": spine_length,
+             "branch_rate": branch_rate,
              "branch_ratio": branch_ratio, "budget": budget}
     page = {**rates, "measured": measured, "run": run, "diagnosis": diagnosis, "status": status,
             "verdict": verdict, "optimal_tree": optimal, "balanced_tree": balanced, "chain_tree": chain,

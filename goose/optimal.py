@@ -247,6 +247,7 @@ class MeasuredRates:
     """A run's conditional acceptance, fitted to the rate model, and what its steps accepted on average."""
 
     spine: tuple[float, float] | None  # (rate at depth 1, factor per depth), None: no spine node was tried
+    spine_depth: int | None  # the deepest spine node tried: the fit says nothing deeper (None: none tried)
     branch: tuple[float, float] | None  # (rate at rank 1, factor per rank), None: no branch node was tried
     counts: dict[str, dict[int, tuple[int, int]]]  # metrics.acceptance_by_depth_and_rank of the steps
     mean_accepted: float | None  # draft tokens accepted per step, the bonus not counted (τ per step: one more)
@@ -263,6 +264,7 @@ class MeasuredRates:
 def measured_rates(steps: Sequence[StepRecord]) -> MeasuredRates:
     """The rate model fitted to what the steps' trees accepted (each source by fit_geometric)."""
     counts = acceptance_by_depth_and_rank(steps)
-    return MeasuredRates(spine=fit_geometric(counts[SPINE]), branch=fit_geometric(counts[BRANCH]), counts=counts,
+    return MeasuredRates(spine=fit_geometric(counts[SPINE]), spine_depth=max(counts[SPINE], default=None),
+                         branch=fit_geometric(counts[BRANCH]), counts=counts,
                          mean_accepted=mean_accepted_length(step.accepted_length for step in steps),
                          mean_budget=statistics.fmean(step.budget for step in steps) if steps else None)

@@ -513,7 +513,7 @@ def test_lab_shows_the_device_and_checks_an_estimate_with_a_real_run(page) -> No
 
 # ---------------------------------------------------------------- the Why tab
 
-WHY_SLIDERS = ("why-spine-rate", "why-spine-ratio", "why-branch-rate", "why-branch-ratio")
+WHY_SLIDERS = ("why-spine-rate", "why-spine-ratio", "why-spine-length", "why-branch-rate", "why-branch-ratio")
 
 
 def _model_tree(page, elem_id: str, title: str) -> dict:
@@ -560,7 +560,8 @@ def test_why_fills_the_sliders_with_an_explore_runs_measured_rates_and_splits_it
     page.locator("#why-source").get_by_text("Explore run").click()
     page.locator("#why-measure").click()
     page.wait_for_function(f"() => document.querySelector('#why-status').innerText.includes('{len(run.steps)} steps')")
-    expected = dict(zip(WHY_SLIDERS, (fit.spine or (None, None)) + (fit.branch or (None, None)), strict=True))
+    spine = (*fit.spine, fit.spine_depth) if fit.spine else (None, None, None)
+    expected = dict(zip(WHY_SLIDERS, spine + (fit.branch or (None, None)), strict=True))
     for slider, value in expected.items():
         if value is not None:  # a source no step tried keeps its slider
             page.wait_for_function(f"() => Number(document.querySelector('#{slider} input[type=number]').value)"

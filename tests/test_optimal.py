@@ -243,9 +243,9 @@ def test_measured_rates_fit_a_runs_steps():
     assert measured.spine == fit_geometric(measured.counts[SPINE]) and measured.spine[0] == 1.0
     assert measured.branch == fit_geometric(measured.counts[BRANCH])
     assert measured.gap == pytest.approx(measured.spine[0] / measured.branch[0])
-    assert measured.mean_accepted == 2.0 and measured.mean_budget == 12.0
+    assert measured.mean_accepted == 2.0 and measured.mean_budget == 12.0 and measured.spine_depth == 2
     empty = measured_rates([])
-    assert empty.spine is None and empty.gap is None and empty.mean_accepted is None
+    assert empty.spine is None and empty.spine_depth is None and empty.gap is None and empty.mean_accepted is None
 
 
 def test_the_chart_marks_a_measured_run_on_the_same_footing_and_the_sliders_x():

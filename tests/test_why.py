@@ -48,7 +48,7 @@ def expected_shown(frame: str) -> float:
 
 def test_the_tab_opens_drawn_at_the_paper_median_gap():
     model = why.draw(**why.DEFAULTS)
-    spine, branch = why.model_rates(0.72, 1.0, 0.12, 0.5)
+    spine, branch = why.model_rates(0.72, 1.0, 64, 0.12, 0.5)
     tree = optimal_tree(32, spine, branch)
     assert expected_shown(model.optimal_tree) == round(tree.expected_accepted, 2)
     assert expected_shown(model.balanced_tree) == round(tree.balanced.expected_accepted, 2)
@@ -62,8 +62,8 @@ def test_the_tab_opens_drawn_at_the_paper_median_gap():
 
 
 def test_the_sliders_set_the_trees_and_a_source_at_zero_has_no_gap():
-    deep = why.draw(0.9, 1.0, 0.05, 0.5, 16)
-    chain_only = why.draw(0.9, 1.0, 0.0, 0.5, 16)
+    deep = why.draw(0.9, 1.0, 64, 0.05, 0.5, 16)
+    chain_only = why.draw(0.9, 1.0, 64, 0.0, 0.5, 16)
     assert chain_only.gap_chart is None
     assert expected_shown(chain_only.optimal_tree) == expected_shown(chain_only.chain_tree) > 0
     assert expected_shown(chain_only.balanced_tree) == 0.0
@@ -72,11 +72,11 @@ def test_the_sliders_set_the_trees_and_a_source_at_zero_has_no_gap():
 
 def test_rates_no_walk_could_follow_are_flagged():
     assert "more than 1" not in why.draw(**why.DEFAULTS).verdict
-    assert "more than 1" in why.draw(0.9, 1.0, 0.5, 1.0, 16).verdict
+    assert "more than 1" in why.draw(0.9, 1.0, 64, 0.5, 1.0, 16).verdict
 
 
 def test_the_model_trees_are_drawn_offline_in_every_trees_style():
-    tree = optimal_tree(16, *why.model_rates(0.72, 1.0, 0.12, 0.5))
+    tree = optimal_tree(16, *why.model_rates(0.72, 1.0, 64, 0.12, 0.5))
     frame = model_tree_iframe(tree, "optimal tree")
     page = html.unescape(frame)
     assert frame.startswith('<iframe class="goose-tree" title="optimal tree"')
@@ -105,10 +105,12 @@ def test_a_runs_measured_rates_fill_the_sliders_and_mark_the_curves(recorded, mo
     assert fit.spine[0] > fit.branch[0] > 0, "the recorded run accepted both sources, the spine more often"
     assert (shown.spine_rate, shown.spine_ratio) == fit.spine
     assert (shown.branch_rate, shown.branch_ratio) == fit.branch
+    assert shown.spine_length == fit.spine_depth == max(fit.counts["spine"])  # the fit says nothing deeper
     assert shown.measured == fit and shown.run is run
     assert f"{len(run.steps)} steps" in shown.status and f"τ per step {fit.mean_accepted + 1:.2f}" in shown.status
     assert shown.split_status == why.NO_DIAGNOSE and shown.steps is None
-    model = why.draw(shown.spine_rate, shown.spine_ratio, shown.branch_rate, shown.branch_ratio, 16, shown.measured)
+    model = why.draw(shown.spine_rate, shown.spine_ratio, shown.spine_length, shown.branch_rate, shown.branch_ratio,
+                     16, shown.measured)
     budget_mark, gap_mark = model.budget_chart.data[-1], model.gap_chart.data[-1]
     assert (list(budget_mark.x), list(budget_mark.y)) == ([fit.mean_budget], [fit.mean_accepted])
     assert (list(gap_mark.x), list(gap_mark.y)) == ([fit.gap], [fit.mean_accepted])
