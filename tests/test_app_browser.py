@@ -569,6 +569,13 @@ def test_why_fills_the_sliders_with_an_explore_runs_measured_rates_and_splits_it
             assert _slider(page, slider) == value
     page.wait_for_function("() => document.querySelector('#why-budget-chart .js-plotly-plot').textContent"
                            ".includes('this run')")
+    _set_slider(page, "why-budget", 32)  # the budget the README's screenshot shows
+    page.wait_for_function("() => document.querySelector('#why-gap-chart .js-plotly-plot').textContent"
+                           ".includes('budget 32 (')")
+    _model_tree(page, "why-optimal", "optimal tree")
+    bottom = page.locator("#why-gap-chart").evaluate("chart => chart.getBoundingClientRect().bottom + window.scrollY")
+    page.screenshot(path=str(ARTIFACTS / "why-model.png"), full_page=True,
+                    clip={"x": 0, "y": 0, "width": 1400, "height": bottom + 10})
     if hasattr(goose, "diagnose"):
         _why_split_opens_the_clicked_step(page, run)
     else:
