@@ -54,6 +54,8 @@ PARTS = ("taken", "lost_to_shape", "lost_to_sources")  # goose.diagnose's split,
 WHOLE_RUN = "whole run"
 NO_RUN = "Generate a run in **Explore** (or open a trace in **Replay**), then press *Use this run's measured rates*."
 NO_DIAGNOSE = "The per-step split needs goose.diagnose, which this build does not have yet."
+SPLIT_HINT = ("Each step's tokens: taken by its tree, offered by its sources but left out by its shape, or offered by "
+              "no source. Click a bar (or move the slider) to open its step.")
 
 # Installed on the step chart each time it is drawn: a click on a bar sets the step slider's number box and
 # fires its input event, as typing would (the slider's change event then shows that step).
@@ -241,17 +243,11 @@ def measure(run: RunRecord | None) -> Measured:
     except ValueError as error:  # a run that cannot be diagnosed (no replay data, sampled) says why
         diagnosis, why_not = None, f"**No split:** {error}"
     last = len(run.steps) - 1
-    if diagnosis is None:
-        return Measured(**vars(show_step(run, None, 0)), run=run, measured=fit, diagnosis=None, status=status,
-                        split_status=why_not, pooled=None, steps=None,
-                        step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), **spine, **branch)
+    split = {"split_status": why_not, "pooled": None, "steps": None} if diagnosis is None else {
+        "split_status": SPLIT_HINT, "pooled": charts.pooled_split_chart(pooled_rows(diagnosis)),
+        "steps": charts.step_split_chart(diagnosis.steps)}
     return Measured(**vars(show_step(run, diagnosis, 0)), run=run, measured=fit, diagnosis=diagnosis, status=status,
-                    split_status="Each step's tokens: taken by its tree, offered by its sources but left out by "
-                                 "its shape, or offered by no source. Click a bar (or move the slider) to open "
-                                 "its step.",
-                    pooled=charts.pooled_split_chart(pooled_rows(diagnosis)),
-                    steps=charts.step_split_chart(diagnosis.steps, selected=None),
-                    step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), **spine, **branch)
+                    step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), **split, **spine, **branch)
 
 
 # ---------------------------------------------------------------- layout
