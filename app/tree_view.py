@@ -19,6 +19,7 @@ import re
 from pyvis.network import Network
 
 from goose.charts import SOURCE_COLOURS
+from goose.optimal import RateTree
 from goose.trace import StepRecord
 from goose.tree import BRANCH, ROOT, SPINE
 
@@ -113,6 +114,11 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
                        "chosen by the target model after the last accepted node; always committed",
                  color={"background": BONUS_COLOUR, "border": ACCEPTED_BORDER}, font={"color": "#111827"})
     net.add_edge(last, bonus, width=6, dashes=True, color=BONUS_COLOUR)
+    return _laid_out(net)
+
+
+def _laid_out(net: Network) -> Network:
+    """Every tree's layout: hierarchical, root on the left, no physics, hover for details."""
     net.set_options(json.dumps({
         "layout": {"hierarchical": {"enabled": True, "direction": "LR", "sortMethod": "directed",
                                     "levelSeparation": 130, "nodeSpacing": 30, "treeSpacing": 30}},
@@ -124,6 +130,24 @@ def build_network(step: StepRecord, height: str = "560px") -> Network:
         "edges": {"arrows": {"to": {"enabled": False}}, "smooth": False},
     }))
     return net
+
+
+def build_model_network(tree: RateTree, height: str = "560px") -> Network:
+    """The pyvis network of a tree of the rate model (goose.optimal): each node coloured by its source, as
+    opaque as it is likely to be reached and labelled with that chance."""
+    net = Network(height=height, width="100%", directed=False, cdn_resources="in_line")
+    depths = tree.depths
+    for index, (source, rank, reach) in enumerate(zip(tree.sources, tree.ranks, tree.reach, strict=True)):
+        colour = SOURCE_COLOURS.get(source, "#9ca3af")
+        kind = "root (anchor)" if source == ROOT else f"branch, rank {rank}" if source == BRANCH else "spine"
+        net.add_node(index, label="root" if source == ROOT else f"{reach:.0%}", level=depths[index], shape="box",
+                     title=f"#{index} {kind}\ndepth: {depths[index]}\nreached (accepted) with chance {reach:.3f}",
+                     color={"background": _fade(colour, FADED_OPACITY + (1 - FADED_OPACITY) * reach),
+                            "border": colour},
+                     font={"color": "#111827"}, source=source, reach=reach)
+    for index, parent in enumerate(tree.parents[1:], start=1):
+        net.add_edge(parent, index, width=1 + 5 * tree.reach[index], color=_fade("#6b7280", 0.6))
+    return _laid_out(net)
 
 
 def legend_html() -> str:
@@ -146,17 +170,31 @@ def strip_remote_resources(page: str) -> str:
     return _REMOTE_TAG.sub("", page)
 
 
+def _page(net: Network, header: str) -> str:
+    """A whole offline HTML page drawing `net`, `header` above it, sized as every tree is (_ACTUAL_SIZE)."""
+    page = _HEADINGS.sub("", strip_remote_resources(net.generate_html()))
+    style = "<style>.vis-tooltip{white-space:pre;font:12px monospace !important}body{margin:0}</style>"
+    page = page.replace("<body>", f"<body>{style}{header}", 1)
+    return page.replace("</body>", f"{_ACTUAL_SIZE}</body>", 1)
+
+
 def tree_page(step: StepRecord, height: str = "560px") -> str:
     """A whole offline HTML page drawing the step's tree, with a legend and a one-line summary."""
-    page = strip_remote_resources(build_network(step, height).generate_html())
-    page = _HEADINGS.sub("", page)
     accepted = "".join(step.nodes[i].text for i in step.accepted)
     summary = (f'<div style="font:13px sans-serif;padding:2px">Step {step.index}: {len(step.nodes)} nodes '
                f'(budget {step.budget}), accepted {step.accepted_length} '
                f'{html.escape(repr(accepted))} + bonus {html.escape(repr(step.bonus_text))}</div>')
-    style = "<style>.vis-tooltip{white-space:pre;font:12px monospace !important}body{margin:0}</style>"
-    page = page.replace("<body>", f"<body>{style}{legend_html()}{summary}", 1)
-    return page.replace("</body>", f"{_ACTUAL_SIZE}</body>", 1)
+    return _page(build_network(step, height), legend_html() + summary)
+
+
+def model_tree_iframe(tree: RateTree, title: str, height: int = 460) -> str:
+    """A tree of the rate model in an <iframe srcdoc>, headed by its title, size and expected accepted length."""
+    summary = (f'<div style="font:13px sans-serif;padding:2px"><b>{html.escape(title)}</b>: {len(tree)} nodes, '
+               f'expected accepted <b class="why-expected">{tree.expected_accepted:.2f}</b> tokens per step</div>')
+    page = _page(build_model_network(tree, f"{height - 40}px"), summary)
+    return (f'<iframe class="goose-tree" title="{html.escape(title, quote=True)}" '
+            f'style="width:100%;height:{height}px;border:1px solid #e5e7eb;border-radius:6px" '
+            f'srcdoc="{html.escape(page, quote=True)}"></iframe>')
 
 
 def tree_iframe(step: StepRecord | None, height: int = 640) -> str:

@@ -1,4 +1,4 @@
-"""The page, declared top-down as it appears: Explore, Race, Replay, Lab.
+"""The page, declared top-down as it appears: Explore, Race, Replay, Lab, Why.
 
 Only layout and wiring live here; every event calls a plain function from
 `app.callbacks`. Per-user data (the run being browsed) lives in gr.State; the
@@ -16,7 +16,7 @@ from functools import partial
 import gradio as gr
 
 import goose
-from app import callbacks, lab
+from app import callbacks, lab, why
 from app.gpu import on_gpu
 from app.limits import Limits
 from app.models import ModelRegistry
@@ -251,4 +251,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
             with gr.Tab("Lab", id="lab"):
                 lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run}, check_fn=run_lab_check,
                             stop_fn=stop, arm_fn=arm, model_queue=model_queue)
+
+            with gr.Tab("Why", id="why"):
+                why.why_tab({"Explore run": explore.run, "Replay trace": replay.run})
     return demo

@@ -3,19 +3,20 @@
 The metric charts take `MethodMetrics` (goose.metrics), keep the methods in the
 order given and colour each method and each draft source the same way
 everywhere. A race is a suite of one prompt, so the same charts serve both.
-The what-if charts draw goose.whatif's counterfactual curves, the expected-length chart goose.optimal's.
+The what-if charts draw goose.whatif's counterfactual curves, the expected-length chart goose.optimal's, the split
+charts goose.diagnose's (taken / lost to the shape / lost to the sources).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from goose.metrics import BASELINE, MethodMetrics
-from goose.optimal import BUDGET_AXIS, GAP_AXIS, Curves
+from goose.metrics import BASELINE, MethodMetrics, ratio
+from goose.optimal import BUDGET_AXIS, GAP_AXIS, Curves, margin
 from goose.tree import BRANCH, ROOT, SPINE
 
 METHOD_COLOURS = {"autoregressive": "#6b7280", "pld": "#a855f7", "recycling": "#06b6d4", "balanced": "#3b82f6",
@@ -256,14 +257,83 @@ AXIS_TITLES = {BUDGET_AXIS: "node budget (root included)",
                GAP_AXIS: "quality gap (spine rate / branch rate at depth 1)"}
 
 
-def expected_length_chart(curves: Curves, title: str = "") -> go.Figure:
+def expected_length_chart(curves: Curves, title: str = "", measured: tuple[float, float] | None = None,
+                          at: float | None = None) -> go.Figure:
     """Expected accepted tokens per step of the optimal tree, the best balanced tree and the chain under the
-    rate model (goose.optimal's budget_curves or gap_curves)."""
-    figure = go.Figure()
+    rate model (goose.optimal's budget_curves or gap_curves). Along the gap, a dotted line on the right axis
+    says how far the optimal tree stands above the better source alone (goose.optimal.margin).
+    `measured`: a run's (x, mean draft tokens accepted per step), a diamond on the same footing as the curves
+    (the bonus not counted; its τ per step, one more, in the legend); `at`: a vertical line at the x the
+    other charts are drawn for."""
+    figure = make_subplots(specs=[[{"secondary_y": curves.axis == GAP_AXIS}]])
     for name, (label, method) in MODEL_TREES.items():
         figure.add_trace(go.Scatter(x=list(curves.x), y=list(getattr(curves, name)), name=label, mode="lines+markers",
                                     line={"color": method_colour(method)},
                                     hovertemplate=f"{curves.axis} %{{x}}: %{{y:.2f}} tokens"))
-    figure.update_layout(xaxis_title=AXIS_TITLES[curves.axis], xaxis_ticksuffix="x" if curves.axis == GAP_AXIS else "")
-    return _style(figure, title or f"Expected accepted tokens per step vs {curves.axis}", "expected accepted tokens",
-                  legend=True)
+    if curves.axis == GAP_AXIS:
+        figure.add_trace(go.Scatter(x=list(curves.x), y=margin(curves), name="optimal over the better source alone",
+                                    mode="lines", line={"color": "#111827", "dash": "dot"},
+                                    hovertemplate="gap %{x}: %{y:+.0%}"), secondary_y=True)
+        figure.update_yaxes(title_text="optimal over the better source alone", tickformat="+.0%", rangemode="tozero",
+                            showgrid=False, secondary_y=True)
+    if measured is not None:
+        x, accepted = measured
+        figure.add_trace(go.Scatter(x=[x], y=[accepted], mode="markers", marker={**MEASURED_MARKER, "color": "#10b981"},
+                                    name=f"this run: {accepted:.2f} accepted per step (τ per step {accepted + 1:.2f})",
+                                    hovertemplate="this run: %{y:.2f} accepted per step at %{x:.3g}"))
+    if at is not None:
+        figure.add_vline(x=at, line_dash="dot", line_color=OTHER_COLOUR)
+    figure.update_layout(xaxis_title=AXIS_TITLES[curves.axis], xaxis_ticksuffix="x" if curves.axis == GAP_AXIS else "",
+                         legend={"orientation": "h", "y": -0.3, "font": {"size": 11}})
+    figure = _style(figure, title or f"Expected accepted tokens per step vs {curves.axis}", "expected accepted tokens",
+                    legend=True)
+    figure.update_layout(height=HEIGHT + 60)
+    return figure
+
+
+SPLIT_PARTS = {"taken": ("taken", "#10b981"), "lost_to_shape": ("lost to the shape", "#f97316"),
+               "lost_to_sources": ("lost to the sources", "#9ca3af")}  # goose.diagnose's three, label and colour
+
+
+class StepSplit(Protocol):
+    """One step's split as goose.diagnose gives it."""
+
+    step: int
+    accepted: int
+    lost_to_shape: int
+    lost_to_sources: int
+
+
+def step_split_chart(steps: Sequence[StepSplit], selected: int | None = None) -> go.Figure:
+    """Per step, stacked: the tokens its tree took, those its sources offered and its shape left out, those no
+    source offered (goose.diagnose). Each bar carries its step in customdata, for a click to pick it up;
+    `selected` outlines one step."""
+    x = [s.step for s in steps]
+    values = {"taken": [s.accepted for s in steps], "lost_to_shape": [s.lost_to_shape for s in steps],
+              "lost_to_sources": [s.lost_to_sources for s in steps]}
+    outline = [3 if s.step == selected else 0 for s in steps]
+    figure = go.Figure()
+    for part, (label, colour) in SPLIT_PARTS.items():
+        figure.add_trace(go.Bar(x=x, y=values[part], name=label, customdata=x,
+                                marker={"color": colour, "line": {"width": outline, "color": "#111827"}},
+                                hovertemplate=f"step %{{x}}: %{{y}} {label}<extra></extra>"))
+    figure.update_layout(barmode="stack", xaxis_title="step (click a bar to open it)", bargap=0.1)
+    return _style(figure, "Each step: taken, lost to the shape, lost to the sources", "tokens", legend=True)
+
+
+def pooled_split_chart(rows: Mapping[str, tuple[int, int, int]]) -> go.Figure:
+    """The split pooled over a run, one stacked bar per row (name -> (taken, lost to the shape, lost to the
+    sources): the whole run, then each source), each part labelled with its share of the row."""
+    names = list(rows)
+    figure = go.Figure()
+    for k, (label, colour) in enumerate(SPLIT_PARTS.values()):
+        tokens = [rows[name][k] for name in names]
+        shares = [ratio(rows[name][k], sum(rows[name])) for name in names]
+        figure.add_trace(go.Bar(y=names, x=tokens, name=label, orientation="h", marker_color=colour,
+                                text=["" if s is None else f"{s:.0%}" for s in shares], textposition="inside",
+                                hovertemplate=f"%{{y}}: %{{x}} tokens {label}<extra></extra>"))
+    figure.update_layout(barmode="stack", xaxis_title="tokens", yaxis_autorange="reversed",
+                         legend={"orientation": "h", "y": -0.35, "traceorder": "normal"})
+    figure = _style(figure, "Pooled over the run", "", legend=True)
+    figure.update_layout(height=max(HEIGHT - 60, 160 + 45 * len(names)))
+    return figure

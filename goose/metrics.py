@@ -14,6 +14,8 @@ from here, so a figure means the same wherever it is shown. Definitions:
 - CPU-time speed-up: the pooled speed-up with CPU seconds in place of wall seconds.
 - acceptance of a draft source = accepted / drafted tokens of that source, pooled over runs; by source and
   depth, the same per (source, depth in the tree) over a run's steps.
+- conditional acceptance (the rate model's, goose.optimal) = accepted / tried nodes, a node tried when its
+  parent was accepted (the root counts as accepted): spine nodes by depth, branch nodes by rank.
 - accepted length of a step = draft tokens it accepted (the bonus token not counted).
 - lossless = the run's tokens equal the baseline's (autoregressive greedy) on the same prompt.
 - bandwidth achieved = parameter bytes x forward passes / wall seconds (a memory-bound yardstick).
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from goose.trace import RunTotals, StepRecord
+from goose.tree import BRANCH, SPINE
 
 BASELINE = "autoregressive"  # the method every speed-up and every lossless check is measured against
 OUTSIDE_BASELINE = "hf-generate"  # transformers' greedy generate: the second speed-up column
@@ -131,6 +134,27 @@ def acceptance_by_source_and_depth(steps: Iterable[StepRecord]) -> dict[str, dic
             cell[1] += 1
     return {source: {depth: (cell[0], cell[1]) for depth, cell in sorted(by_depth.items())}
             for source, by_depth in sorted(counts.items())}
+
+
+def acceptance_by_depth_and_rank(steps: Iterable[StepRecord]) -> dict[str, dict[int, tuple[int, int]]]:
+    """The conditional acceptance the rate model (goose.optimal) speaks of, counted over the steps:
+    {SPINE: depth -> (accepted, tried), BRANCH: rank -> (accepted, tried)}. A node is tried when its parent was
+    accepted (status "accepted" or "rejected"; an unvisited node tells nothing). A branch node's rank is its
+    place among its parent's branch children in the order they were drafted, which is the order of the
+    table's row (1: the best successor left once the spine's own next token is skipped)."""
+    counts: dict[str, dict[int, list[int]]] = {SPINE: defaultdict(lambda: [0, 0]), BRANCH: defaultdict(lambda: [0, 0])}
+    for step in steps:
+        ranks: Counter[int] = Counter()  # parent -> branch children drafted so far
+        for node in step.nodes[1:]:
+            if node.source == BRANCH:
+                ranks[node.parent] += 1
+            key = node.depth if node.source == SPINE else ranks[node.parent]
+            if node.source in counts and node.status in ("accepted", "rejected"):
+                cell = counts[node.source][key]
+                cell[0] += node.status == "accepted"
+                cell[1] += 1
+    return {source: {key: (cell[0], cell[1]) for key, cell in sorted(by_key.items())}
+            for source, by_key in counts.items()}
 
 
 def accepted_length_shares(lengths: Iterable[int]) -> dict[int, float]:

@@ -22,9 +22,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from goose.metrics import acceptance_by_depth_and_rank, mean_accepted_length
+from goose.trace import StepRecord
 from goose.tree import BRANCH, ROOT, SPINE
 
 BUDGET_AXIS, GAP_AXIS = "budget", "quality gap"  # what a Curves' x holds
@@ -177,14 +182,89 @@ def budget_curves(budgets: Iterable[int], spine: Sequence[float], branch: Sequen
 def rates_at_gap(gap: float, spine: Sequence[float], branch: Sequence[float]) -> tuple[list[float], list[float]]:
     """The rates scaled to a quality gap spine[0] / branch[0]: each source's shape over depth and rank kept, and
     spine[0] + sum(branch), the chance that some child of the root is accepted. So a gap moves acceptance from
-    one source to the other and makes no tree likelier overall."""
+    one source to the other and makes no tree likelier overall. A rate scaled past 1 stays at 1 (a spine that
+    grows more reliable with depth, or rates adding up to more than 1, children_mass)."""
     if not spine or not branch or spine[0] == 0.0 or branch[0] == 0.0:
         raise ValueError("a quality gap needs a first spine rate and a first branch rate above 0")
     branch_scale = (spine[0] + math.fsum(branch)) / (gap * branch[0] + math.fsum(branch))
     spine_scale = gap * branch[0] * branch_scale / spine[0]  # spine[0] after = gap * branch[0] after
-    return [r * spine_scale for r in spine], [r * branch_scale for r in branch]
+    return [min(1.0, r * spine_scale) for r in spine], [min(1.0, r * branch_scale) for r in branch]
 
 
 def gap_curves(gaps: Iterable[float], budget: int, spine: Sequence[float], branch: Sequence[float]) -> Curves:
     """Expected accepted length against the quality gap, at one budget (rates_at_gap)."""
     return _curves(GAP_AXIS, ((gap, optimal_tree(budget, *rates_at_gap(gap, spine, branch))) for gap in gaps))
+
+
+def margin(curves: Curves) -> list[float | None]:
+    """How far the optimal tree stands above the better of the two sources alone, as a fraction (0.25: 25% more
+    expected accepted tokens); None where neither source alone accepts anything."""
+    return [optimal / best - 1.0 if (best := max(balanced, chain)) > 0.0 else None
+            for optimal, balanced, chain in zip(curves.optimal, curves.balanced, curves.chain, strict=True)]
+
+
+def children_mass(spine: Sequence[float], branch: Sequence[float]) -> float:
+    """The most a node's children's rates add up to (a spine node's: its spine child and every rank). A greedy
+    walk accepts one child at most, so above 1 the rates are no probabilities of one walk and the model counts
+    more than any walk could accept."""
+    return max(spine, default=0.0) + math.fsum(branch)
+
+
+# --- the rates a run measured -----------------------------------------------------------------------------------
+
+RATIO_RANGE = (0.5, 1.2)  # a geometric fit's factor per depth or rank: the Why view's sliders span this
+GRID_STEP = 0.01  # the fit's resolution, the sliders' step
+
+
+def geometric_rates(first: float, ratio: float, n: int) -> list[float]:
+    """n rates first, first * ratio, first * ratio^2, ..., none above 1 (a factor above 1 is a source that
+    grows more reliable the further it goes, as a context match does)."""
+    return [min(1.0, first * ratio ** i) for i in range(n)]
+
+
+def fit_geometric(counts: Mapping[int, tuple[int, int]]) -> tuple[float, float] | None:
+    """The (first, ratio) of geometric_rates that makes the counts likeliest (depth or rank -> (accepted, tried),
+    each a binomial draw at its rate), on a grid of GRID_STEP over [0, 1] x RATIO_RANGE; None without a tried
+    node. Ties go to the factor nearest 1 (with depth 1 alone, every factor fits as well)."""
+    keys = [k for k, (_, tried) in counts.items() if tried]
+    if not keys:
+        return None
+    accepted = np.array([counts[k][0] for k in keys], dtype=float)
+    rejected = np.array([counts[k][1] - counts[k][0] for k in keys], dtype=float)
+    exponent = np.array(keys, dtype=float) - 1.0
+    firsts = np.round(np.arange(0.0, 1.0 + GRID_STEP / 2, GRID_STEP), 2)
+    low, high = RATIO_RANGE
+    ratios = np.round(np.arange(low, high + GRID_STEP / 2, GRID_STEP), 2)
+    ratios = ratios[np.argsort(np.abs(ratios - 1.0), kind="stable")]  # nearest 1 first: argmax keeps the first
+    rates = np.clip(firsts[:, None, None] * ratios[None, :, None] ** exponent, 1e-12, 1.0 - 1e-12)
+    likelihood = (accepted * np.log(rates) + rejected * np.log1p(-rates)).sum(axis=2)
+    i, j = np.unravel_index(np.argmax(likelihood), likelihood.shape)
+    return float(firsts[i]), float(ratios[j])
+
+
+@dataclass(frozen=True)
+class MeasuredRates:
+    """A run's conditional acceptance, fitted to the rate model, and what its steps accepted on average."""
+
+    spine: tuple[float, float] | None  # (rate at depth 1, factor per depth), None: no spine node was tried
+    spine_depth: int | None  # the deepest spine node tried: the fit says nothing deeper (None: none tried)
+    branch: tuple[float, float] | None  # (rate at rank 1, factor per rank), None: no branch node was tried
+    counts: dict[str, dict[int, tuple[int, int]]]  # metrics.acceptance_by_depth_and_rank of the steps
+    mean_accepted: float | None  # draft tokens accepted per step, the bonus not counted (τ per step: one more)
+    mean_budget: float | None  # the steps' node budgets, averaged
+
+    @property
+    def gap(self) -> float | None:
+        """The quality gap: the spine's rate at depth 1 over the branches' at rank 1."""
+        if self.spine is None or self.branch is None or not self.branch[0]:
+            return None
+        return self.spine[0] / self.branch[0]
+
+
+def measured_rates(steps: Sequence[StepRecord]) -> MeasuredRates:
+    """The rate model fitted to what the steps' trees accepted (each source by fit_geometric)."""
+    counts = acceptance_by_depth_and_rank(steps)
+    return MeasuredRates(spine=fit_geometric(counts[SPINE]), spine_depth=max(counts[SPINE], default=None),
+                         branch=fit_geometric(counts[BRANCH]), counts=counts,
+                         mean_accepted=mean_accepted_length(step.accepted_length for step in steps),
+                         mean_budget=statistics.fmean(step.budget for step in steps) if steps else None)

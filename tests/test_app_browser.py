@@ -1,6 +1,7 @@
 """The app in a real headless Chromium: the tree draws offline, the scrubber moves it, the race charts render,
 an unlisted model is refused, Stop leaves a browsable run, race lanes replay in the measured order, a
-100-node tree stays legible and the Lab rebuilds trees.
+100-node tree stays legible, the Lab rebuilds trees and the Why tab draws the rate model's trees and curves, fits them
+to an Explore run and splits its steps.
 
 Runs on a tiny random model by default (seconds); set GOOSE_BROWSER_MODEL=gemma-3-270m to drive the
 embedded model instead (for screenshots worth showing). Screenshots go to test-artifacts/.
@@ -508,3 +509,93 @@ def test_lab_shows_the_device_and_checks_an_estimate_with_a_real_run(page) -> No
     page.wait_for_function("() => document.querySelector('#lab-sweep .js-plotly-plot').textContent"
                            ".includes('goose measured')")
     page.screenshot(path=str(ARTIFACTS / "lab-check.png"), full_page=True)
+
+
+# ---------------------------------------------------------------- the Why tab
+
+WHY_SLIDERS = ("why-spine-rate", "why-spine-ratio", "why-spine-length", "why-branch-rate", "why-branch-ratio")
+
+
+def _model_tree(page, elem_id: str, title: str) -> dict:
+    """The rate model's tree drawn in `elem_id` under `title`: its vis-network's nodes and edges."""
+    page.wait_for_selector(f'#{elem_id} iframe[title="{title}"]')
+    frame = page.locator(f"#{elem_id} iframe").element_handle().content_frame()
+    frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length >= 1")
+    return frame.evaluate(NETWORK_JS)
+
+
+def _slider(page, elem_id: str) -> float:
+    return float(page.locator(f"#{elem_id} input[type=number]").input_value())
+
+
+def test_why_draws_the_optimal_tree_beside_the_balanced_tree_and_the_chain_with_three_curves(page) -> None:
+    page.get_by_role("tab", name="Why").click()
+    optimal = _model_tree(page, "why-optimal", "optimal tree")
+    chain = _model_tree(page, "why-chain", "spine chain alone")
+    page.wait_for_selector('#why-balanced iframe[title^="best balanced tree"]')
+    sources = {n["source"] for n in optimal["nodes"]}
+    assert sources == {"root", "spine", "branch"}, "at the paper's median gap the optimal tree is a spine with branches"
+    assert {n["source"] for n in chain["nodes"]} == {"root", "spine"}
+    for chart in ("why-budget-chart", "why-gap-chart"):
+        text = _plot_text(page, chart)
+        assert all(label in text for label in ("optimal tree", "best balanced tree", "spine chain alone")), text
+    assert "over the better source alone" in _plot_text(page, "why-gap-chart")
+    _set_slider(page, "why-budget", 8)
+    page.wait_for_function("() => (document.querySelector('#why-gap-chart .js-plotly-plot') || {}).textContent"
+                           ".includes('budget 8 (')")
+    smaller = _model_tree(page, "why-optimal", "optimal tree")
+    assert len(smaller["nodes"]) <= 8 < len(optimal["nodes"])
+    assert not page.remote_requests, "the Why tab must work offline: nothing may be fetched from the network"
+
+
+def test_why_fills_the_sliders_with_an_explore_runs_measured_rates_and_splits_its_steps(page) -> None:
+    from goose.optimal import measured_rates
+
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
+    _set_number(page, "explore-max-new", 64)
+    run, _ = _explore_once(page)
+    fit = measured_rates(run.steps)
+    page.get_by_role("tab", name="Why").click()
+    page.locator("#why-source").get_by_text("Explore run").click()
+    page.locator("#why-measure").click()
+    page.wait_for_function(f"() => document.querySelector('#why-status').innerText.includes('{len(run.steps)} steps')")
+    spine = (*fit.spine, fit.spine_depth) if fit.spine else (None, None, None)
+    expected = dict(zip(WHY_SLIDERS, spine + (fit.branch or (None, None)), strict=True))
+    for slider, value in expected.items():
+        if value is not None:  # a source no step tried keeps its slider
+            page.wait_for_function(f"() => Number(document.querySelector('#{slider} input[type=number]').value)"
+                                   f" === {value}")
+            assert _slider(page, slider) == value
+    page.wait_for_function("() => document.querySelector('#why-budget-chart .js-plotly-plot').textContent"
+                           ".includes('this run')")
+    _set_slider(page, "why-budget", 32)  # the budget the README's screenshot shows
+    page.wait_for_function("() => document.querySelector('#why-gap-chart .js-plotly-plot').textContent"
+                           ".includes('budget 32 (')")
+    _model_tree(page, "why-optimal", "optimal tree")
+    bottom = page.locator("#why-gap-chart").evaluate("chart => chart.getBoundingClientRect().bottom + window.scrollY")
+    page.screenshot(path=str(ARTIFACTS / "why-model.png"), full_page=True,
+                    clip={"x": 0, "y": 0, "width": 1400, "height": bottom + 10})
+    if hasattr(goose, "diagnose"):
+        _why_split_opens_the_clicked_step(page, run)
+    else:
+        assert "goose.diagnose" in page.locator("#why-split-status").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "why.png"), full_page=True)
+    assert not page.remote_requests, "the Why tab must work offline: nothing may be fetched from the network"
+
+
+def _why_split_opens_the_clicked_step(page, run) -> None:
+    """The split shows pooled and per step; a click on a step's bar opens that step's split and tree."""
+    assert "whole run" in _plot_text(page, "why-pooled")
+    assert "lost to the shape" in _plot_text(page, "why-steps")
+    last = len(run.steps) - 1
+    page.locator("#why-steps").scroll_into_view_if_needed()  # the mouse clicks what the viewport shows
+    parts = page.locator("#why-steps .js-plotly-plot .barlayer .trace")
+    boxes = [parts.nth(k).locator(".point").nth(last).bounding_box() for k in range(parts.count())]
+    box = next(b for b in boxes if b and b["height"] >= 4)  # a part of the step's stack drawn tall enough to hit
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)  # plotly clicks what it hovers
+    page.mouse.click(x, y)
+    page.wait_for_function(f"() => document.querySelector('#why-step-split').innerText.includes('Step {last} ')")
+    page.wait_for_selector(f'#why-step-tree iframe[title="speculation tree of step {last}"]')
+    assert _slider(page, "why-step") == last

@@ -154,3 +154,29 @@ def test_group_runs_keeps_first_appearance_order():
     grouped = metrics.group_runs(flat, lambda run: next(prompts))
     assert list(grouped) == [BASELINE, "fast"] and list(grouped["fast"]) == ["a", "b"]
     assert grouped["fast"]["b"] is runs["fast"]["b"]
+
+
+def tree_step(budget: int = 8) -> StepRecord:
+    """root -> spine a (accepted) -> spine b (rejected) -> spine c (unvisited); two branches under the root
+    (ranks 1 and 2, refused), one under a (rank 1, accepted) and one under a refused branch (unvisited)."""
+    from goose.trace import NodeRecord
+
+    def node(source: str, parent: int, depth: int, status: str) -> NodeRecord:
+        return NodeRecord(token=0, text="", source=source, parent=parent, depth=depth, score=0.5, status=status)
+
+    nodes = [node("root", -1, 0, "root"),
+             node("spine", 0, 1, "accepted"),    # 1
+             node("branch", 0, 1, "rejected"),   # 2: rank 1 under the root
+             node("branch", 0, 1, "rejected"),   # 3: rank 2 under the root
+             node("spine", 1, 2, "rejected"),    # 4
+             node("branch", 1, 2, "accepted"),   # 5: rank 1 under a
+             node("spine", 4, 3, "unvisited"),   # 6: its parent was refused: tells nothing
+             node("branch", 2, 2, "unvisited")]  # 7: rank 1 under a refused branch
+    return StepRecord(index=0, nodes=nodes, accepted=[1, 5], bonus_token=0, bonus_text="", committed=[0, 0, 0],
+                      draft_s=0.0, verify_s=0.0, budget=budget)
+
+
+def test_conditional_acceptance_counts_tried_nodes_by_spine_depth_and_branch_rank():
+    counts = metrics.acceptance_by_depth_and_rank([tree_step(), tree_step()])
+    assert counts == {"spine": {1: (2, 2), 2: (0, 2)}, "branch": {1: (2, 4), 2: (0, 2)}}
+    assert metrics.acceptance_by_depth_and_rank([]) == {"spine": {}, "branch": {}}

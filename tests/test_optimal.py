@@ -16,7 +16,12 @@ from goose.optimal import (
     balanced_tree,
     budget_curves,
     chain_tree,
+    children_mass,
+    fit_geometric,
     gap_curves,
+    geometric_rates,
+    margin,
+    measured_rates,
     optimal_tree,
     rates_at_gap,
 )
@@ -198,6 +203,67 @@ def test_exported_and_charted():
     for curves in (budget_curves(range(1, 9), SIX_X_SPINE, SIX_X_BRANCH),
                    gap_curves([2.0, 6.0, 18.0], 16, SIX_X_SPINE, SIX_X_BRANCH)):
         figure = expected_length_chart(curves)
-        assert [list(trace.y) for trace in figure.data] == [curves.optimal, curves.balanced, curves.chain]
+        assert [list(trace.y) for trace in figure.data[:3]] == [curves.optimal, curves.balanced, curves.chain]
         assert list(figure.data[0].x) == list(curves.x)
         assert ("gap" in figure.layout.xaxis.title.text) == (curves.axis == GAP_AXIS)
+        # along the gap, the optimal tree's margin over the better source alone, on the right axis
+        assert [list(trace.y) for trace in figure.data[3:]] == ([margin(curves)] if curves.axis == GAP_AXIS else [])
+
+
+def test_margin_is_the_optimal_trees_lead_over_the_better_source_alone():
+    curves = gap_curves([2.0, 6.0, 18.0], 32, SIX_X_SPINE, SIX_X_BRANCH)
+    for lead, optimal, balanced, chain in zip(margin(curves), curves.optimal, curves.balanced, curves.chain,
+                                              strict=True):
+        assert lead == pytest.approx(optimal / max(balanced, chain) - 1.0) and lead >= 0.0
+    assert margin(budget_curves([1], SIX_X_SPINE, SIX_X_BRANCH)) == [None]  # the root alone: nothing to beat
+
+
+def test_geometric_rates_decay_or_grow_and_stay_probabilities():
+    assert geometric_rates(0.8, 0.5, 3) == pytest.approx([0.8, 0.4, 0.2])
+    assert geometric_rates(0.8, 1.2, 3) == pytest.approx([0.8, 0.96, 1.0])
+
+
+@pytest.mark.parametrize("first, ratio", [(0.72, 1.0), (0.3, 0.6), (0.6, 1.15)])
+def test_the_fit_recovers_the_rates_that_made_the_counts(first, ratio):
+    rates = geometric_rates(first, ratio, 8)
+    counts = {k + 1: (round(10_000 * rate), 10_000) for k, rate in enumerate(rates)}
+    assert fit_geometric(counts) == pytest.approx((first, ratio), abs=0.011)
+
+
+def test_the_fit_keeps_the_factor_at_1_when_only_depth_1_was_tried_and_needs_a_tried_node():
+    assert fit_geometric({1: (12, 100)}) == (0.12, 1.0)
+    assert fit_geometric({}) is None and fit_geometric({1: (0, 0)}) is None
+
+
+def test_measured_rates_fit_a_runs_steps():
+    from test_metrics import tree_step
+
+    measured = measured_rates([tree_step(8), tree_step(16)])
+    assert measured.counts == {SPINE: {1: (2, 2), 2: (0, 2)}, BRANCH: {1: (2, 4), 2: (0, 2)}}
+    assert measured.spine == fit_geometric(measured.counts[SPINE]) and measured.spine[0] == 1.0
+    assert measured.branch == fit_geometric(measured.counts[BRANCH])
+    assert measured.gap == pytest.approx(measured.spine[0] / measured.branch[0])
+    assert measured.mean_accepted == 2.0 and measured.mean_budget == 12.0 and measured.spine_depth == 2
+    empty = measured_rates([])
+    assert empty.spine is None and empty.spine_depth is None and empty.gap is None and empty.mean_accepted is None
+
+
+def test_the_chart_marks_a_measured_run_on_the_same_footing_and_the_sliders_x():
+    curves = budget_curves(range(1, 17), SIX_X_SPINE, SIX_X_BRANCH)
+    figure = expected_length_chart(curves, measured=(12.0, 2.25), at=16)
+    run = figure.data[-1]
+    assert (list(run.x), list(run.y)) == ([12.0], [2.25])
+    assert "2.25 accepted per step" in run.name and "τ per step 3.25" in run.name  # the bonus: one more
+    assert [shape.x0 for shape in figure.layout.shapes] == [16]
+
+
+def test_children_mass_is_what_a_spine_nodes_children_add_up_to():
+    assert children_mass(SIX_X_SPINE, SIX_X_BRANCH) == pytest.approx(0.72 + 0.24 * (1 - 0.5**10))
+    assert children_mass([], [0.5, 0.6]) == pytest.approx(1.1)
+
+
+def test_rates_moved_to_a_gap_stay_probabilities():
+    spine, branch = rates_at_gap(18.0, [0.5, 1.0], [0.05, 0.02])  # a spine that grows more reliable with depth
+    assert spine[0] == pytest.approx(18.0 * branch[0]) and max(spine + branch) == 1.0
+    spine, branch = rates_at_gap(24.0, [0.9], [0.5] * 10)  # rates adding up to more than 1
+    assert max(spine + branch) <= 1.0
