@@ -42,12 +42,13 @@ from typing import Any
 from goose.config import GooseConfig
 from goose.decode import Generation, Observer
 from goose.drafters import METHODS, DraftState
-from goose.sources.adjacency import NO_ROW
+from goose.sources.adjacency import BIGRAM, NO_ROW, PRIOR, UNIGRAM
 from goose.trace import RunRecord
 from goose.tree import SPINE, DraftTree
 from goose.whatif import NoReplayDataError, anchor_positions, known_continuation, replay_generation
 
 SPLIT = ("taken", "lost_to_shape", "lost_to_sources")  # the three parts of a step's positions
+SOURCES = (SPINE, BIGRAM, UNIGRAM, PRIOR, NO_ROW)  # what offers (or lacks) a token, in the order shown
 
 
 @dataclass
@@ -123,7 +124,7 @@ class Diagnosis:
                 counts = pooled.setdefault(source, dict.fromkeys(SPLIT, 0))
                 for part, count in split.items():
                     counts[part] += count
-        return pooled
+        return {source: pooled[source] for source in SOURCES if source in pooled}
 
     @classmethod
     def pooled(cls, diagnoses: Sequence[Diagnosis]) -> Diagnosis:

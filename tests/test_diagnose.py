@@ -189,3 +189,40 @@ def test_the_embedded_model_takes_at_most_what_its_budget_reaches_of_what_its_so
         assert diagnosis.taken > 0
         if method == "balanced":
             assert SPINE not in diagnosis.by_source, "balanced drafts from the table alone"
+
+
+def test_the_bench_diagnoses_each_tree_method_untimed_and_pools_its_split(tmp_path, flat_costs, capsys):
+    """--diagnose: one more run per prompt and tree method, recorded and diagnosed after the timed ones; it is the
+    timed run (same tokens and steps), so the pooled taken is the timed runs' accepted tokens. The split goes to
+    diagnose.jsonl, diagnosis.json, report.html and the terminal (bench-report rebuilds it)."""
+    import functools
+
+    import torch
+    from tiny import tiny_llama
+
+    from goose import bench
+    from goose.cli import build_parser, main
+
+    assert build_parser().parse_args(["bench", "--suite", "mtbench", "--diagnose"]).diagnose
+    settings = bench.BenchSettings(suite="mtbench", methods=("goose", "balanced", "hf-generate"), limit=2,
+                                   max_new_tokens=16, threads=torch.get_num_threads(), diagnose=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.runner, "measure_memory_bandwidth", functools.partial(bench.measure_memory_bandwidth,
+                                                                                  nbytes=1 << 24))
+        bench.run_bench(settings, tmp_path, tiny_llama(0), progress=False)
+    lines = [json.loads(line) for line in (tmp_path / "diagnose.jsonl").read_text().splitlines()]
+    assert [(line["prompt_id"], line["method"]) for line in lines] == [
+        (prompt, method) for prompt in ("81", "82") for method in ("goose", "balanced")]
+    assert all(line["same_as_timed"] for line in lines)
+    timed = bench.load_runs(tmp_path / "runs.jsonl")
+    pooled = json.loads((tmp_path / "diagnosis.json").read_text())
+    assert set(pooled) == {"goose", "balanced"}
+    for method, split in pooled.items():
+        assert split["taken"] == sum(sum(run.accepted_lengths) for run in timed if run.method == method)
+        assert split["prompts"] == 2 and split["same_as_timed"]
+        assert sum(split["shares"].values()) == pytest.approx(1.0)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Where the tokens went" in page and "<td>balanced</td>" in page[page.index("Where the tokens went"):]
+    assert main(["bench-report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Where the tokens went" in out and "lost to shape" in out and "\ngoose " in out
