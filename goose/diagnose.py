@@ -45,7 +45,7 @@ from goose.drafters import METHODS, DraftState
 from goose.sources.adjacency import BIGRAM, NO_ROW, PRIOR, UNIGRAM
 from goose.trace import RunRecord
 from goose.tree import SPINE, DraftTree
-from goose.whatif import NoReplayDataError, anchor_positions, known_continuation, replay_generation
+from goose.whatif import anchor_positions, known_continuation, replay_generation
 
 SPLIT = ("taken", "lost_to_shape", "lost_to_sources")  # the three parts of a step's positions
 SOURCES = (SPINE, BIGRAM, UNIGRAM, PRIOR, NO_ROW)  # what offers (or lacks) a token, in the order shown
@@ -200,14 +200,8 @@ def diagnose(run: RunRecord) -> Diagnosis:
     took, what its sources offered, what a tree of its budget could have taken; pooled, the tokens taken, lost to
     the shape and lost to the sources, also by source. Exact, from a replay of the run; no model runs.
 
-    ValueError for a sampled run; NoReplayDataError (a ValueError) for one recorded without its sources."""
-    if run.sampling.get("temperature", 0.0) != 0.0:
-        raise ValueError("diagnose needs a greedy run (temperature 0): a sampled run's tokens are one draw, not the "
-                         "continuation greedy decoding reveals, so what its sources offered cannot be scored")
-    if not run.has_replay_data:
-        raise NoReplayDataError("this run was recorded without its sources (the adjacency rows of its passes and "
-                                "the shape of each tree), which diagnose replays to rebuild each step's sources: "
-                                "record it with goose.generate(..., record_sources=True)")
+    A replay refuses what it cannot rebuild, saying why: a sampled run (ValueError: its tokens are one draw, not the
+    continuation greedy decoding reveals) or one recorded without its sources (NoReplayDataError)."""
     watcher = _Offers(run)
     generation = replay_generation(run, run.method, GooseConfig.from_dict(run.config))
     generation.observers.append(watcher)
