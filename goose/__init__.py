@@ -3,6 +3,7 @@
 from goose.check import run_what_if
 from goose.config import GooseConfig
 from goose.decode import Generation, generate, stream
+from goose.diagnose import Diagnosis, StepDiagnosis, diagnose
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.hf_generate import goose_generate, goose_model_for
 from goose.model import DEFAULT_MODEL, GooseModel, ModelLoadError, load_model
@@ -13,7 +14,7 @@ from goose.tree import DraftTree
 from goose.verify import UnsupportedModelError
 from goose.whatif import RunWhatIf, WhatIf, what_if
 
-__all__ = ["DEFAULT_MODEL", "METHODS", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
-           "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepRecord",
-           "UnsupportedModelError", "WhatIf", "generate", "goose_generate", "goose_model_for", "load_model",
-           "optimal_tree", "run_what_if", "stream", "what_if"]
+__all__ = ["DEFAULT_MODEL", "METHODS", "Diagnosis", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
+           "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepDiagnosis",
+           "StepRecord", "UnsupportedModelError", "WhatIf", "diagnose", "generate", "goose_generate", "goose_model_for",
+           "load_model", "optimal_tree", "run_what_if", "stream", "what_if"]

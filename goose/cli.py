@@ -20,6 +20,7 @@ from goose.bench import (
     rebuild_results,
     run_bench,
 )
+from goose.bench.diagnosis import DIAGNOSE_FILE, format_diagnosis, load_diagnoses
 from goose.bench.runner import WARMUP_TOKENS
 from goose.bench.what_if import add_check_arguments, run_check
 from goose.config import parse_budget
@@ -85,22 +86,29 @@ def _bench(args: argparse.Namespace) -> int:
     settings = BenchSettings(suite=args.suite, methods=args.methods, limit=args.limit, budget=args.budget,
                              max_new_tokens=args.max_new_tokens, model=args.model, threads=args.threads,
                              temperature=args.temperature, head=args.head, what_if=args.what_if,
-                             tensor_parallel=args.tensor_parallel)
+                             tensor_parallel=args.tensor_parallel, diagnose=args.diagnose)
     out_dir = Path(args.out) if args.out else default_out_dir(args.suite)
     summaries, meta = run_bench(settings, out_dir, progress=is_main_process())
     if not is_main_process():
         return 0
-    print(format_table(summaries))
+    print(format_table(summaries) + _diagnosis_table(out_dir))
     bandwidth = ", ".join(f"{name} {value:.1f} GB/s" for name, value in meta["memory_bandwidth_gb_s"].items())
     print(f"\nLM head of every Goose method: {meta['head_used']} ({args.head} asked); body linears: "
           f"{meta['body_linears']}; "
           f"memory bandwidth measured: {bandwidth}; parameters {meta['parameter_bytes'] / 1e6:.0f} MB; "
-          f"results in {out_dir}/ (runs.jsonl, summary.csv, meta.json, report.html)")
+          f"results in {out_dir}/ (runs.jsonl, summary.csv, meta.json, report.html"
+          f"{', diagnose.jsonl, diagnosis.json' if args.diagnose else ''})")
     return 0
 
 
+def _diagnosis_table(folder: Path) -> str:
+    """The bench folder's pooled split per tree method, after a blank line ("" when it was not diagnosed)."""
+    table = format_diagnosis(load_diagnoses(folder / DIAGNOSE_FILE))
+    return f"\n\nWhere the tokens went (goose.diagnose, pooled over prompts):\n{table}" if table else ""
+
+
 def _bench_report(args: argparse.Namespace) -> int:
-    print(format_table(rebuild_results(Path(args.folder))))
+    print(format_table(rebuild_results(Path(args.folder))) + _diagnosis_table(Path(args.folder)))
     return 0
 
 
@@ -147,6 +155,10 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
                        help="also one untimed goose run per prompt recorded with its sources: report.html then shows "
                             "counterfactual tau vs budget and vs spine share (goose, balanced), checked against "
                             "the real runs (greedy only)")
+    bench.add_argument("--diagnose", action="store_true",
+                       help="also one untimed run per prompt of each tree method, recorded with its sources and "
+                            "diagnosed: the pooled split of its tokens (taken / lost to the tree's shape / lost to "
+                            "its sources) per method, in the table, report.html and diagnosis.json (greedy only)")
     bench.add_argument("--tensor-parallel", action="store_true", help=TENSOR_PARALLEL_HELP)
     bench.add_argument("--out", default=None, help="output folder (default: bench-out/<suite>-<timestamp>)")
     bench.set_defaults(handler=_bench)

@@ -57,7 +57,8 @@ class DraftState:
 class Drafter:
     """One method's drafting strategy. Subclasses set `name` and implement `build`.
 
-    uses_context:   the loop queries the context matcher for this method.
+    uses_context:   the loop queries the context matcher for this method (for its spine, or its budget's growth).
+    drafts_spine:   its trees copy the context match as a spine (the match is one of its draft sources).
     uses_adjacency: the loop keeps and refreshes an adjacency table for it.
     speculative:    False for the baseline that drafts nothing (no budget tuner either).
     shape_grid:     GooseConfig knob -> values the tuner may try (empty: the budget alone is tuned).
@@ -66,6 +67,7 @@ class Drafter:
 
     name: ClassVar[str]
     uses_context: ClassVar[bool] = True
+    drafts_spine: ClassVar[bool] = False
     uses_adjacency: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
     shape_grid: ClassVar[dict[str, tuple]] = {}
@@ -184,6 +186,7 @@ class PromptLookup(Drafter):
     """The context chain alone (prompt lookup decoding)."""
 
     name = "pld"
+    drafts_spine = True
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         return build_chain_tree(state.anchor, state.match, budget)
@@ -218,6 +221,7 @@ class SpineTree(Drafter):
     """Goose: the context chain as a deep spine, adjacency branches off the root and every spine node."""
 
     name = "goose"
+    drafts_spine = True
     uses_adjacency = True
     # spine share r (None: the EMA tiers, 0.15-0.5, so placed among them), rho, branch depth,
     # and width (top_k // depth children at most); and branches or not: the spine alone is the context chain

@@ -69,3 +69,11 @@ def slow_tiny_gemma3(delay_s: float = 0.02) -> GooseModel:
     goose_model = tiny_gemma3(0)
     goose_model.model.get_decoder().register_forward_pre_hook(lambda *_: time.sleep(delay_s))
     return goose_model
+
+
+def echo_gemma3() -> GooseModel:
+    """tiny_gemma3(0) with its output embedding tied to its input one: a random Gemma then echoes its last input
+    token forever, so its greedy continuation is known before it runs (its anchor, again and again)."""
+    goose_model = tiny_gemma3(0)
+    goose_model.model.lm_head.weight = goose_model.model.get_input_embeddings().weight
+    return goose_model

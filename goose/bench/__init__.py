@@ -1,8 +1,9 @@
 """Benchmarks: every method on the same prompts, interleaved, in one session (`python -m goose bench`).
 
 suites: the prompts; records: one run per prompt x method (runs.jsonl); machine: the bandwidth yardstick;
-summary: goose.metrics per method (terminal table, summary.csv); report: report.html drawn with goose.charts;
-runner: runs the suite and writes all of the above. Imports flow one way, records -> summary -> report -> runner.
+summary: goose.metrics per method (terminal table, summary.csv); diagnosis: where each tree method's tokens went
+(--diagnose); report: report.html drawn with goose.charts; runner: runs the suite and writes all of the above.
+Imports flow one way, records -> summary -> diagnosis -> report -> runner.
 """
 
 from goose.bench.machine import measure_memory_bandwidth, parameter_bytes

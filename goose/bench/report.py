@@ -4,7 +4,8 @@ Charts (goose.charts, the same as the app's Race tab): tokens/s, tau, speed-up
 over autoregressive (pooled, and per prompt), accepted length per step,
 acceptance per draft source; then speed-up per category and the bandwidth
 achieved beside this machine's measured memory bandwidth. Tables: the summary
-and losslessness per method.
+and losslessness per method; with --diagnose, where each tree method's tokens
+went (taken, lost to the shape, lost to the sources).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goose import charts
+from goose.bench.diagnosis import DIAGNOSIS_DEFINITIONS, DIAGNOSIS_HEADER, DiagnosedRun, diagnosis_rows
 from goose.bench.records import BenchRun
 from goose.bench.summary import SUMMARY_HEADER, category_speedups, summary_rows
 from goose.bench.what_if import CHECK_HEADER, check_cells
@@ -105,22 +107,31 @@ def what_if_section(traces: Sequence[RunRecord], summaries: Sequence[MethodMetri
             f"{table}{check_table}{figures_html}")
 
 
+def diagnosis_section(diagnosed: Sequence[DiagnosedRun]) -> str:
+    """The pooled split per tree method (goose.bench.diagnosis)."""
+    return (f"<h2>Where the tokens went (from {len(diagnosed)} recorded runs)</h2><p>One extra run per prompt and "
+            "tree method, recorded with its sources and diagnosed (goose.diagnose); the timed runs were not "
+            f"recorded. {html.escape(DIAGNOSIS_DEFINITIONS)}</p>{_table(DIAGNOSIS_HEADER, diagnosis_rows(diagnosed))}")
+
+
 def render_report(runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics], meta: dict[str, Any],
-                  what_if_traces: Sequence[RunRecord] = (), what_if_checks: Sequence[dict[str, Any]] = ()) -> str:
+                  what_if_traces: Sequence[RunRecord] = (), what_if_checks: Sequence[dict[str, Any]] = (),
+                  diagnosed: Sequence[DiagnosedRun] = ()) -> str:
     """The whole page; plotly.js is embedded once, inline, with the first chart."""
     figures_html = [figure.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, figure in
                     enumerate(figures(runs, summaries, meta))]
     what_if = what_if_section(what_if_traces, summaries, meta, what_if_checks) if what_if_traces else ""
+    diagnosis = diagnosis_section(diagnosed) if diagnosed else ""
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Goose benchmark</title>"
             f"<style>{STYLE}</style></head><body><h1>Goose benchmark</h1><p>{html.escape(settings_line(meta))}</p>"
             f"<p>{html.escape(DEFINITIONS)}</p>"
             f"<h2>Summary</h2>{summary_table(summaries)}<h2>Lossless check</h2>{lossless_table(summaries)}"
-            f"<h2>Charts</h2>{''.join(figures_html)}{what_if}</body></html>")
+            f"{diagnosis}<h2>Charts</h2>{''.join(figures_html)}{what_if}</body></html>")
 
 
 
 def write_report(path: Path, runs: Sequence[BenchRun], summaries: Sequence[MethodMetrics],
                  meta: dict[str, Any], what_if_traces: Sequence[RunRecord] = (),
-                 what_if_checks: Sequence[dict[str, Any]] = ()) -> None:
+                 what_if_checks: Sequence[dict[str, Any]] = (), diagnosed: Sequence[DiagnosedRun] = ()) -> None:
     """Write report.html."""
-    path.write_text(render_report(runs, summaries, meta, what_if_traces, what_if_checks), encoding="utf-8")
+    path.write_text(render_report(runs, summaries, meta, what_if_traces, what_if_checks, diagnosed), encoding="utf-8")

@@ -21,6 +21,14 @@ from typing import Any, Self
 import torch
 
 from goose import metrics
+from goose.bench.diagnosis import (
+    DIAGNOSE_FILE,
+    POOLED_FILE,
+    append_diagnoses,
+    diagnose_prompt,
+    load_diagnoses,
+    write_pooled,
+)
 from goose.bench.machine import measure_memory_bandwidth, parameter_bytes
 from goose.bench.records import BenchRun, append_runs, load_runs
 from goose.bench.report import write_report
@@ -65,6 +73,7 @@ class BenchSettings:
     what_if: bool = False  # also one untimed goose run per prompt recorded with its sources, for the what-if curves
     head: str = "auto"  # the LM head of every Goose method, the baseline too (goose.heads.factory.HEAD_CHOICES)
     tensor_parallel: bool = False  # the model split over the ranks of a torchrun launch (goose.parallel)
+    diagnose: bool = False  # also one untimed run per prompt and tree method, recorded and diagnosed (greedy only)
 
     def __post_init__(self) -> None:
         if not known_head(self.head):
@@ -193,6 +202,14 @@ def check_what_if(goose_model: GooseModel, prompt: BenchPrompt, settings: BenchS
     append_rows(out_dir / CHECK_FILE, rows)
 
 
+def diagnose_runs(goose_model: GooseModel, prompt: BenchPrompt, timed: Sequence[BenchRun], settings: BenchSettings,
+                  out_dir: Path) -> None:
+    """Each tree method of `prompt` once more, untimed, recorded with its sources and diagnosed (diagnose.jsonl)."""
+    text = format_prompt(goose_model.tokenizer, prompt)
+    append_diagnoses(out_dir / DIAGNOSE_FILE, diagnose_prompt(goose_model, prompt.id, text, timed,
+                                                               settings.max_new_tokens, settings.budget, settings.head))
+
+
 def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
             temperature: float = 0.0, head: str = "auto") -> None:
     """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
@@ -224,7 +241,10 @@ def write_results(out_dir: Path, runs: Sequence[BenchRun], meta: dict[str, Any])
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     traces = [RunRecord.load(path) for path in sorted((out_dir / WHAT_IF_FOLDER).glob("*.json"))]
     checks = summarize_checks(load_rows(out_dir / CHECK_FILE))
-    write_report(out_dir / "report.html", runs, summaries, meta, traces, checks)
+    diagnosed = load_diagnoses(out_dir / DIAGNOSE_FILE)
+    if diagnosed:
+        write_pooled(out_dir / POOLED_FILE, diagnosed)
+    write_report(out_dir / "report.html", runs, summaries, meta, traces, checks, diagnosed)
     return summaries
 
 
@@ -252,6 +272,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_path = out_dir / "runs.jsonl"
     runs_path.write_text("", encoding="utf-8")
+    (out_dir / DIAGNOSE_FILE).unlink(missing_ok=True)
     meta = machine_info(goose_model, settings)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
@@ -271,6 +292,8 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
             runs.extend(prompt_runs)
             if settings.what_if and not settings.temperature:
                 check_what_if(goose_model, prompt, settings, out_dir)
+            if settings.diagnose and not settings.temperature:  # after the timed runs, off their clocks
+                diagnose_runs(goose_model, prompt, prompt_runs, settings, out_dir)
     meta["load_average_end"] = os.getloadavg()
     summaries = write_results(out_dir, runs, meta)
     if not is_main_process():

@@ -57,11 +57,16 @@ def summary_rows(summaries: Sequence[MethodMetrics]) -> list[list[str]]:
              format_cell(s.bandwidth_gb_s, 1), format_cell(s.lossless)] for s in summaries]
 
 
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table, columns padded to their widest cell, for the terminal."""
+    rows = [list(header), *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
 def format_table(summaries: Sequence[MethodMetrics]) -> str:
     """A plain-text table of the summary, for the terminal."""
-    rows = [list(SUMMARY_HEADER), *summary_rows(summaries)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_HEADER))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return text_table(SUMMARY_HEADER, summary_rows(summaries))
 
 
 def write_summary_csv(path: Path, summaries: Sequence[MethodMetrics]) -> None:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from goose.config import GooseConfig
 
 Row = list[tuple[int, float]]  # (successor, score) pairs, most likely first
+# The tiers a lookup reads, first to last: the (previous, token) row, the token's own, the prior's; or none.
+BIGRAM, UNIGRAM, PRIOR, NO_ROW = "bigram", "unigram", "prior", "none"
 
 
 def usable(pairs: Row, min_score: float) -> Row:
@@ -83,10 +85,19 @@ class AdjacencyTable:
 
     def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
         """(successor, score) pairs, most likely first, scores >= min_score."""
+        return self.lookup(token, previous)[1]
+
+    def lookup(self, token: int, previous: int | None = None) -> tuple[str, Row]:
+        """The tier a lookup of `token` (after `previous`) reads, BIGRAM, UNIGRAM or PRIOR (NO_ROW: none has a
+        row), and its usable pairs: what `successors` returns."""
         pairs = self.bigram.get((previous, token)) if self.use_bigram and previous is not None else None
-        if pairs is None:
-            pairs = self.unigram_row(token) or []
-        return usable(pairs, self.min_score)
+        if pairs is not None:
+            return BIGRAM, usable(pairs, self.min_score)
+        pairs = self.unigram.get(token)
+        if pairs is not None:
+            return UNIGRAM, usable(pairs, self.min_score)
+        pairs = self.prior.get(token)
+        return (PRIOR, usable(pairs, self.min_score)) if pairs is not None else (NO_ROW, [])
 
     def unigram_row(self, token: int) -> Row | None:
         """The token's row: the run's own, else the prior's; None when neither has one."""
