@@ -16,7 +16,6 @@ slider works by itself too.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ from app.outputs import KEEP, Keep, bound, outputs
 from app.tree_view import model_tree_iframe, tree_iframe
 from goose import charts
 from goose.config import GooseConfig
+from goose.diagnose import Diagnosis
 from goose.optimal import (
     GRID_STEP,
     RATIO_RANGE,
@@ -53,7 +53,6 @@ TREE_HEIGHT = 460
 PARTS = ("taken", "lost_to_shape", "lost_to_sources")  # goose.diagnose's split, in charts.SPLIT_PARTS's order
 WHOLE_RUN = "whole run"
 NO_RUN = "Generate a run in **Explore** (or open a trace in **Replay**), then press *Use this run's measured rates*."
-NO_DIAGNOSE = "The per-step split needs goose.diagnose, which this build does not have yet."
 SPLIT_HINT = ("Each step's tokens: taken by its tree, offered by its sources but left out by its shape, or offered by "
               "no source. Click a bar (or move the slider) to open its step.")
 
@@ -81,21 +80,16 @@ STEP_CLICK_JS = """() => {
 }"""
 
 
-def diagnose(run: RunRecord) -> Any:
-    """goose.diagnose(run) where this build has it, else None (it is issue 27's part 2, merged apart)."""
-    return goose.diagnose(run) if hasattr(goose, "diagnose") else None
+def diagnose(run: RunRecord) -> Diagnosis:
+    """The run's split (goose.diagnose): one name for the tab's tests to stand in for."""
+    return goose.diagnose(run)
 
 
-def pooled_rows(diagnosis: Any) -> dict[str, tuple[int, int, int]]:
+def pooled_rows(diagnosis: Diagnosis) -> dict[str, tuple[int, int, int]]:
     """The pooled split for charts.pooled_split_chart: the whole run, then each source."""
-    def split(value: Any) -> tuple[int, int, int]:
-        if isinstance(value, Mapping):
-            return tuple(int(value[part]) for part in PARTS)
-        if isinstance(value, tuple):
-            return value
-        return tuple(int(getattr(value, part)) for part in PARTS)
-
-    return {WHOLE_RUN: split(diagnosis), **{source: split(value) for source, value in diagnosis.by_source.items()}}
+    whole = tuple(getattr(diagnosis, part) for part in PARTS)
+    return {WHOLE_RUN: whole, **{source: tuple(split[part] for part in PARTS)
+                                 for source, split in diagnosis.by_source.items()}}
 
 
 # ---------------------------------------------------------------- the rate model
@@ -239,7 +233,7 @@ def measure(run: RunRecord | None) -> Measured:
     branch = dict(zip(("branch_rate", "branch_ratio"), fit.branch)) if fit.branch else {}
     status = f"**{run.method}** on {run.model}, {len(run.steps)} steps. Fitted to its trees: {_fitted(fit)}"
     try:
-        diagnosis, why_not = diagnose(run), NO_DIAGNOSE
+        diagnosis = diagnose(run)
     except ValueError as error:  # a run that cannot be diagnosed (no replay data, sampled) says why
         diagnosis, why_not = None, f"**No split:** {error}"
     last = len(run.steps) - 1

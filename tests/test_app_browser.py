@@ -576,10 +576,7 @@ def test_why_fills_the_sliders_with_an_explore_runs_measured_rates_and_splits_it
     bottom = page.locator("#why-gap-chart").evaluate("chart => chart.getBoundingClientRect().bottom + window.scrollY")
     page.screenshot(path=str(ARTIFACTS / "why-model.png"), full_page=True,
                     clip={"x": 0, "y": 0, "width": 1400, "height": bottom + 10})
-    if hasattr(goose, "diagnose"):
-        _why_split_opens_the_clicked_step(page, run)
-    else:
-        assert "goose.diagnose" in page.locator("#why-split-status").inner_text()
+    _why_split_opens_the_clicked_step(page, run)
     page.screenshot(path=str(ARTIFACTS / "why.png"), full_page=True)
     assert not page.remote_requests, "the Why tab must work offline: nothing may be fetched from the network"
 

@@ -20,7 +20,6 @@ from goose.optimal import GAP_AXIS, measured_rates, optimal_tree
 from goose.trace import RunRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
-HAS_DIAGNOSE = hasattr(goose, "diagnose")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def fake_diagnosis(run: RunRecord) -> SimpleNamespace:
     taken, shape, sources = (sum(getattr(s, part) for s in steps) for part in ("accepted", "lost_to_shape",
                                                                               "lost_to_sources"))
     return SimpleNamespace(steps=steps, taken=taken, lost_to_shape=shape, lost_to_sources=sources,
-                           by_source={"spine": SimpleNamespace(taken=taken - 1, lost_to_shape=shape, lost_to_sources=0),
+                           by_source={"spine": {"taken": taken - 1, "lost_to_shape": shape, "lost_to_sources": 0},
                                       "branch": {"taken": 1, "lost_to_shape": 0, "lost_to_sources": sources}})
 
 
@@ -97,9 +96,8 @@ def recorded() -> RunRecord:
     return RunRecord.load(EXAMPLE_TRACES / "code-completion.json")
 
 
-def test_a_runs_measured_rates_fill_the_sliders_and_mark_the_curves(recorded, monkeypatch):
+def test_a_runs_measured_rates_fill_the_sliders_and_mark_the_curves(recorded):
     run = recorded
-    monkeypatch.setattr(why, "diagnose", lambda run: None)
     fit = measured_rates(run.steps)
     shown = why.measure(run)
     assert fit.spine[0] > fit.branch[0] > 0, "the recorded run accepted both sources, the spine more often"
@@ -108,7 +106,8 @@ def test_a_runs_measured_rates_fill_the_sliders_and_mark_the_curves(recorded, mo
     assert shown.spine_length == fit.spine_depth == max(fit.counts["spine"])  # the fit says nothing deeper
     assert shown.measured == fit and shown.run is run
     assert f"{len(run.steps)} steps" in shown.status and f"τ per step {fit.mean_accepted + 1:.2f}" in shown.status
-    assert shown.split_status == why.NO_DIAGNOSE and shown.steps is None
+    assert shown.split_status == why.SPLIT_HINT and shown.diagnosis.taken == sum(run.accepted_lengths)
+    assert [bar.y for bar in shown.steps.data][0] == tuple(run.accepted_lengths)
     model = why.draw(shown.spine_rate, shown.spine_ratio, shown.spine_length, shown.branch_rate, shown.branch_ratio,
                      16, shown.measured)
     budget_mark, gap_mark = model.budget_chart.data[-1], model.gap_chart.data[-1]
@@ -161,7 +160,6 @@ def test_the_gap_chart_is_on_the_gap_axis():
     assert why.draw(**why.DEFAULTS).gap_chart.layout.xaxis.title.text == charts.AXIS_TITLES[GAP_AXIS]
 
 
-@pytest.mark.skipif(not HAS_DIAGNOSE, reason="goose.diagnose (issue 27, part 2) is not merged into this build yet")
 def test_the_real_diagnosis_of_a_greedy_run_shows_per_step(run):
     shown = why.measure(run)
     assert shown.diagnosis is not None and shown.steps is not None
