@@ -16,7 +16,8 @@ What a replayed step is built from, and how exact it is:
   anchor, then its path), so where a recorded pass verified a node in the same context its row
   is exact (`PassRows`); the accepted path's always is. Approximated: a node no recorded pass saw
   in its context (a rejected node of a tree other than the recorded ones) takes its token's
-  latest row the recorded passes before the anchor stored (`LatestRows`), or keeps its old row.
+  latest recorded row at or before its own place in the text (`LatestRows`), or, where there
+  is none, keeps its old row.
 Replaying the recorded settings therefore rebuilds the recorded run itself, tree for tree: the
 loop is the same, and so is everything it starts from (recorded in the trace).
 
@@ -26,6 +27,7 @@ model to check an estimate is measuring, and lives with it (goose.check).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,81 +118,44 @@ class PassRows:
 
 
 class LatestRows:
-    """The adjacency table as the recorded run held it at one position: what a replayed node no recorded
-    pass saw in its context reads (its token's latest recorded row).
+    """Every row the recorded passes computed (the prefill's, every tree's, the shadow trees'), by token and by
+    its place in the text: what a replayed node no recorded pass saw in its context reads.
 
-    Rows of recorded steps wholly behind the position are stored in `table`; the step the position
-    falls inside (its pass began before the position, its accepted path reaches past it) lies over
-    them in `recent`, without the rows of its path at or after the position. Both store as the
-    recorded table stored; `row` looks up as AdjacencyTable.successors does, with the replay's bigram
-    setting.
+    A real run would compute that node's row afresh, in the node's own context. A row is mostly a function of
+    its token and the text just before it, so the stand-in is the latest row the recording holds for the same
+    token at or before the node's own place in the text. (Read at the anchor instead, the stand-in is stale
+    wherever the replay's tree reaches further than the recorded one did, and a stale row drafts stale
+    branches: that rule read a tenth to a fifth low from budget 16 on; docs/WHAT_IF.md has both.) A row
+    found between the anchor and the node may belong to the continuation the step is verifying; it stands in
+    for the row of another node, never for its own (that one is exact, `PassRows`).
+    Places count as anchor_positions does: a node at depth d of a tree anchored at p sits at p + d; the
+    prompt's tokens at 0 and below.
     """
 
-    def __init__(self, run: RunRecord, config: GooseConfig, prior: Mapping[int, Row] | None) -> None:
-        self.use_bigram = config.use_bigram
-        recorded = GooseConfig.from_dict(run.config)
-        self.table = AdjacencyTable.from_config(recorded, prior)
-        self.recent = AdjacencyTable.from_config(recorded)
-        _store(self.table, run.prefill_rows)
-        self._steps = list(zip(anchor_positions(run), run.steps))
-        self._applied = 0  # recorded steps wholly in the table
+    def __init__(self, run: RunRecord) -> None:
+        found: dict[int, list[tuple[int, Row]]] = {}  # token -> (place, row), in the order they were computed
+        prompt = run.prompt_tokens
+        last = {(prompt[i - 1] if i else None, token): i for i, token in enumerate(prompt)}
+        for previous, token, row in run.prefill_rows or []:
+            found.setdefault(token, []).append((last.get((previous, token), len(prompt) - 1) + 1 - len(prompt), row))
+        for position, step in zip(anchor_positions(run), run.steps):
+            depths = [node.depth for node in step.nodes]
+            for node, row in zip(step.nodes, step.rows):
+                found.setdefault(node.token, []).append((position + node.depth, row))
+            for parent, token, row in step.shadow or []:
+                depths.append(depths[parent] + 1)
+                found.setdefault(token, []).append((position + depths[-1], row))
+        self._places: dict[int, list[int]] = {}
+        self._rows: dict[int, list[Row]] = {}
+        for token, entries in found.items():
+            entries.sort(key=lambda entry: entry[0])  # stable: at one place, the later computed last
+            self._places[token] = [place for place, _ in entries]
+            self._rows[token] = [row for _, row in entries]
 
-    @staticmethod
-    def _keyed_rows(step: StepRecord, before_anchor: int | None, keep: Any) -> list[tuple[int | None, int, Row]]:
-        """(previous, token, row) of each node of a recorded step that `keep(node index)` admits, in node order."""
-        nodes = step.nodes
-        return [(nodes[node.parent].token if node.parent >= 0 else before_anchor, node.token, row)
-                for i, (node, row) in enumerate(zip(nodes, step.rows)) if keep(i)]
-
-    @staticmethod
-    def _shadow_keyed_rows(step: StepRecord, sequence: Sequence[int], start: int) -> list[tuple[int | None, int, Row]]:
-        """(previous, token, row) of the step's shadow nodes off the continuation (`start`: the length of the
-        sequence its anchor ends). A shadow node on the continuation may hold the row of a token at or after a
-        later anchor, and is left out."""
-        shadow = step.shadow or []
-        tokens = [node.token for node in step.nodes] + [token for _, token, _ in shadow]
-        paths = step_paths(step)[len(step.nodes):]
-        return [(tokens[parent], token, row) for (parent, token, row), path in zip(shadow, paths)
-                if context_key(sequence, start, path)[1]]
-
-    def at(self, position: int, sequence: list[int], prompt_length: int) -> LatestRows:
-        """Move to `position` (never backwards): the table a replay whose anchor is tokens[position - 1] reads."""
-        def before_anchor(start: int) -> int | None:
-            index = prompt_length + start - 2
-            return sequence[index] if index >= 0 else None
-
-        while self._applied < len(self._steps):
-            start, step = self._steps[self._applied]
-            if start + len(step.committed) > position:
-                break
-            _store(self.table, self._keyed_rows(step, before_anchor(start), lambda i: True))
-            _store(self.table, self._shadow_keyed_rows(step, sequence, prompt_length + start))
-            self._applied += 1
-        self.recent.unigram.clear()
-        self.recent.bigram.clear()
-        if self._applied < len(self._steps):
-            start, step = self._steps[self._applied]
-            if start < position:  # its pass came before; its path at depth >= position - start is still ahead
-                on_path = {0, *step.accepted}
-                ahead = {i for i in on_path if step.nodes[i].depth >= position - start}
-                _store(self.recent, self._keyed_rows(step, before_anchor(start), lambda i: i not in ahead))
-        return self
-
-    def row(self, token: int, previous: int | None = None) -> Row | None:
-        """The row a lookup of `token` (after `previous`) reads, unfiltered; None when none was stored."""
-        pairs = None
-        if self.use_bigram and previous is not None:
-            key = (previous, token)
-            pairs = self.recent.bigram.get(key, self.table.bigram.get(key))
-        if pairs is None:
-            pairs = self.recent.unigram.get(token)
-        return pairs if pairs is not None else self.table.unigram_row(token)
-
-
-def _store(table: AdjacencyTable, keyed_rows: Sequence[tuple[int | None, int, Row]]) -> None:
-    """Store (previous, token, row) triples in `table`, in order."""
-    table.store([token for _, token, _ in keyed_rows], [previous for previous, _, _ in keyed_rows],
-                [row for _, _, row in keyed_rows])
+    def row(self, token: int, place: int) -> Row | None:
+        """The latest recorded row of `token` at or before `place` (None if it has none there)."""
+        latest = bisect.bisect_right(self._places.get(token, ()), place) - 1
+        return self._rows[token][latest] if latest >= 0 else None
 
 
 # --- the recording as the loop's target --------------------------------------------------------------
@@ -211,7 +176,7 @@ def recorded_prior(run: RunRecord, config: GooseConfig) -> Mapping[int, Row] | N
 class RecordedTarget:
     """A recorded greedy run as the decoding loop's target: verifies a tree by walking it along the recorded
     continuation, and gives each node the row the recorded passes computed in its context (`PassRows`), else
-    its token's latest recorded row (`LatestRows`)."""
+    its token's latest recorded row at or before its place (`LatestRows`)."""
 
     def __init__(self, run: RunRecord, config: GooseConfig) -> None:
         self.run = run
@@ -221,7 +186,7 @@ class RecordedTarget:
         self.sequence = [*run.prompt_tokens, *run.tokens]
         self._prior = recorded_prior(run, config)
         self._pass_rows = PassRows(run)
-        self._latest = LatestRows(run, config, self._prior)
+        self._latest = LatestRows(run)
         self._texts = dict(run.token_texts)
         for step in run.steps:
             self._texts.update((node.token, node.text) for node in step.nodes)
@@ -258,16 +223,15 @@ class RecordedTarget:
         for depth, node in enumerate([0, *accepted]):
             targets[node] = continuation[depth] if depth < len(continuation) else None
             verdicts.update(greedy_verdicts(tree, node, targets[node]))
-        rows = self._rows(tree, before_anchor) if table is not None else None
+        rows = self._rows(tree) if table is not None else None
         self.position += len(accepted) + 1
         return Verification(accepted, bonus, targets, verdicts, rows)
 
-    def _rows(self, tree: DraftTree, before_anchor: int | None) -> list[Row | None]:
+    def _rows(self, tree: DraftTree) -> list[Row | None]:
         start = len(self.run.prompt_tokens) + self.position  # the anchor's context: sequence[:start]
-        latest = self._latest.at(self.position, self.sequence, len(self.run.prompt_tokens))
-        previous = [tree.tokens[p] if p >= 0 else before_anchor for p in tree.parents]
-        return [self._pass_rows.get(context_key(self.sequence, start, path)) or latest.row(token, before)
-                for before, token, path in zip(previous, tree.tokens, node_paths(tree.parents, tree.tokens))]
+        return [self._pass_rows.get(context_key(self.sequence, start, path))
+                or self._latest.row(token, self.position + len(path))
+                for token, path in zip(tree.tokens, node_paths(tree.parents, tree.tokens))]
 
     def ends_after(self, new_tokens: int) -> str:
         return (self.run.stop_reason or "end of the recording") if new_tokens >= len(self.tokens) else ""
