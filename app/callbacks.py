@@ -15,6 +15,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,8 @@ from app.race_lanes import lanes_iframe
 from app.race_trace import is_race, race_from_dict, save_race
 from app.tokens import PREFILL, TOKEN_KINDS, token_spans
 from app.tree_view import tree_iframe
-from goose import charts, metrics
+from goose import charts, metrics, validate
 from goose.assets import ASSETS
-from goose.config import parse_budget as parse_budget_text
 from goose.drafters import Balanced, SpineTree
 from goose.trace import RunRecord
 from goose.tree import BRANCH, SPINE
@@ -41,6 +41,7 @@ from goose.tree import BRANCH, SPINE
 DEFAULT_LIMITS = Limits()
 MAX_BUDGET = DEFAULT_LIMITS.max_budget
 MAX_NEW_TOKENS = DEFAULT_LIMITS.max_new_tokens
+ON_THIS_SERVER = " on this server"  # follows a rule whose bound is the operator's (app.limits), not the library's
 STOPS = StopSwitches()  # the Stop switch of every session of this server process
 # always raced: the baseline, the control (isotropic tree) and the spine tree
 RACE_METHODS = (metrics.BASELINE, Balanced.name, SpineTree.name)
@@ -59,34 +60,48 @@ TRACE_KEEP_S = 3600.0  # downloads older than this are deleted when a new one is
 
 # ---------------------------------------------------------------- input checks
 
+@contextmanager
+def refused() -> Iterator[None]:
+    """A request field that breaks its rule (goose.validate) as the message in the page: the library's own line."""
+    try:
+        yield
+    except validate.InputError as error:
+        raise gr.Error(str(error)) from None
+
+
 def parse_budget(value: Any, limit: int = MAX_BUDGET) -> int | None:
     """The node budget from the budget box: None for "auto"/blank (the library's default), else 1..limit."""
-    try:
-        return parse_budget_text(value, limit)
-    except ValueError as error:
-        message = str(error)
-        raise gr.Error(f"{message[:1].upper()}{message[1:]} on this server.") from None
+    with refused():
+        return validate.parse_budget(value, limit, where=ON_THIS_SERVER)
 
 
 def parse_max_new_tokens(value: Any, limit: int = MAX_NEW_TOKENS) -> int:
     """Max new tokens as an int in 1..limit."""
-    try:
-        number = int(float(value))
-    except (TypeError, ValueError):
-        raise gr.Error(f"Max new tokens must be a whole number, got {value!r}.") from None
-    if not 1 <= number <= limit:
-        raise gr.Error(f"Max new tokens must lie between 1 and {limit} on this server, got {number}.")
-    return number
+    with refused():
+        return validate.whole_number("max_new_tokens", value, 1, limit, typed=True, where=ON_THIS_SERVER)
 
 
 def check_prompt(prompt: Any) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise gr.Error("The prompt is empty: type some text to continue, or pick an example.")
-    return prompt
+    """Text a tokenizer can encode, not blank."""
+    with refused():
+        return validate.prompt(prompt)
+
+
+def parse_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any, limits: Limits) -> dict[str, Any]:
+    """The sampling boxes as the library's options; temperature up to this server's limit."""
+    with refused():
+        return {"temperature": validate.number("temperature", temperature, 0.0, limits.max_temperature, typed=True,
+                                               where=ON_THIS_SERVER),
+                "top_k": validate.whole_number("top_k", top_k, 0, typed=True, where=" (0 = off)"),
+                "top_p": validate.number("top_p", top_p, 0.0, 1.0, typed=True, above_low=True),
+                "seed": validate.seed(seed, typed=True)}
 
 
 def check_model_allowed(registry: ModelRegistry, name: str | None) -> None:
     """Refuse a model the operator does not offer at once, before anything is queued behind a download."""
+    if name is not None:
+        with refused():
+            validate.text("model", name)
     try:
         registry.check_allowed(name)
     except ModelNotAllowedError as error:
@@ -112,19 +127,10 @@ def get_model(registry: ModelRegistry, name: str | None) -> goose.GooseModel:
         raise gr.Error(f"Model {canonical_name(name)!r} cannot be used: {error}", title="Unsupported model") from error
 
 
-def parse_seed(value: Any) -> int | None:
-    """The seed box: blank for a fresh random seed, else a whole number."""
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise gr.Error(f"The seed must be a whole number or blank, got {value!r}.") from None
-
-
-def head_kind(full_head: bool) -> str:
+def head_kind(full_head: Any) -> str:
     """The app's checkbox as the library's head option."""
-    return "full" if full_head else "auto"
+    with refused():
+        return "full" if validate.flag("full_head", full_head) else "auto"
 
 
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
@@ -272,10 +278,12 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     hovering a tried node shows the probability it was accepted with. The session's Stop button
     or the server's time limit end the run between two steps; what was generated stays."""
     prompt = check_prompt(prompt)
-    if method not in goose.METHODS:
-        raise gr.Error(f"Unknown method {method!r}; choose one of {', '.join(goose.METHODS)}.")
+    with refused():
+        validate.choice("method", method, list(goose.METHODS))
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
+    sampling = parse_sampling(temperature, top_k, top_p, seed, limits)
+    head = head_kind(full_head)
     check_model_allowed(registry, model_name)
     if not registry.is_warm(model_name):
         name = canonical_name(model_name)
@@ -289,9 +297,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
-                        temperature=float(temperature or 0.0),
-                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed),
-                        head=head_kind(full_head))
+                        head=head, **sampling)
     guard = RunGuard(STOPS, session, limits.max_run_s)
     last_yield = 0.0
     try:
@@ -434,18 +440,20 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     Stop or the server's time limit (for the whole race) end the current method between two steps
     and skip the rest; what ran is shown."""
     prompt = check_prompt(prompt)
-    extras = extra_race_methods()
-    unknown = [m for m in extra_methods or [] if m not in extras]
-    if unknown:
-        raise gr.Error(f"Unknown method(s) {', '.join(unknown)}; extras are {', '.join(extras)}.")
-    methods = [m for m in goose.METHODS if m in RACE_METHODS or m in (extra_methods or [])]
+    extra_methods = [] if extra_methods is None else extra_methods
+    with refused():
+        if not isinstance(extra_methods, list):
+            raise validate.InputError(f"extra_methods must be a list of methods, got {validate.shown(extra_methods)}")
+        for extra in extra_methods:
+            validate.choice("extra method", extra, extra_race_methods())
+    methods = [m for m in goose.METHODS if m in RACE_METHODS or m in extra_methods]
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
+    head = head_kind(full_head)
     check_model_allowed(registry, model_name)
     progress(0.0, desc=f"loading {canonical_name(model_name)}")
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
-    head = head_kind(full_head)
     _start(model, prompt, metrics.BASELINE, limit, nodes, head=head)  # checks the input once, before any work
     progress(0.02, desc="warming up")
     goose.generate(model, prompt, metrics.BASELINE, 2, head=head)  # builds the head once, outside every racer

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from goose.validate import MAX_BUDGET, whole_number
+
 PAPER_BUDGET = 60  # the budget the paper's growth rule (60 -> 100) is stated for
 
 
@@ -71,10 +73,8 @@ class GooseConfig:
     branching: int = 3
 
     def __post_init__(self) -> None:
-        if not isinstance(self.budget, int) or self.budget < 1:
-            raise ValueError(f"budget must be a whole number of tree nodes >= 1, got {self.budget!r}")
-        if self.max_budget < 1:
-            raise ValueError("max_budget must be >= 1")
+        whole_number("budget", self.budget, 1, MAX_BUDGET, where=" tree nodes")
+        whole_number("max_budget", self.max_budget, 1, MAX_BUDGET, where=" tree nodes")
         if not self.ngram_lengths or min(self.ngram_lengths) < 1:
             raise ValueError("ngram_lengths must hold positive lengths")
         if self.top_k < 1 or self.max_branch_depth < 1 or self.branching < 1:
@@ -125,19 +125,3 @@ class GooseConfig:
         data.setdefault("branch_order", "breadth")
         return cls().with_overrides(**data)
 
-
-def parse_budget(value: Any, maximum: int | None = None) -> int | None:
-    """A node budget as typed by a person (command line, app): 'auto' or blank -> None (the library picks it
-    each step), else a whole number of tree nodes, root included, in 1..maximum."""
-    text = str(value if value is not None else "").strip().lower()
-    if text in ("", "auto"):
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        raise ValueError(f"budget must be 'auto' or a whole number of tree nodes, got {value!r}") from None
-    if not number.is_integer() or number < 1:
-        raise ValueError(f"budget must be a whole number of tree nodes >= 1 (the root counts), got {value!r}")
-    if maximum is not None and number > maximum:
-        raise ValueError(f"budget {int(number)} is too large: at most {maximum} nodes per tree")
-    return int(number)

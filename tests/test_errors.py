@@ -6,7 +6,7 @@ import pytest
 from tiny import tiny_llama
 
 import goose
-from goose.config import parse_budget
+from goose.validate import parse_budget
 
 
 @pytest.fixture(scope="module")
