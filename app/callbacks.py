@@ -30,12 +30,12 @@ from app.models import ModelNotAllowedError, ModelRegistry, canonical_name
 from app.outputs import KEEP, Keep
 from app.race_lanes import lanes_iframe
 from app.race_trace import is_race, race_from_dict, save_race
-from app.tokens import PREFILL, TOKEN_KINDS, token_spans
+from app.tokens import PREFILL, SHOWN_CHARS, SHOWN_NAME_CHARS, SHOWN_PROMPT_CHARS, TOKEN_KINDS, token_spans
 from app.tree_view import tree_iframe
 from goose import charts, metrics, validate
 from goose.assets import ASSETS
 from goose.drafters import Balanced, SpineTree
-from goose.trace import RunRecord
+from goose.trace import RunRecord, read_text
 from goose.tree import BRANCH, SPINE
 
 DEFAULT_LIMITS = Limits()
@@ -167,7 +167,8 @@ def text_html(run: RunRecord | None) -> str:
     if run is None or not run.tokens:
         return '<div class="goose-text" style="color:#6b7280">The generated text appears here.</div>'
     parts = []
-    for text, kind, step in token_spans(run):
+    spans = token_spans(run, SHOWN_CHARS)
+    for text, kind, step in spans:
         colour, meaning = TOKEN_KINDS[kind]
         where = PREFILL if step is None else f"step {step}"
         parts.append(f'<span class="tok tok-{kind}" title="{html.escape(f"{where}: {meaning}", quote=True)}" '
@@ -176,10 +177,21 @@ def text_html(run: RunRecord | None) -> str:
     key = "".join(f'<span style="margin-right:14px"><span style="border-bottom:3px solid {colour};'
                   f'background:{colour}33;padding:0 4px">{html.escape(meaning)}</span></span>'
                   for colour, meaning in TOKEN_KINDS.values())
-    prompt = html.escape(run.prompt)
+    if len(spans) < len(run.tokens):
+        parts.append(f'<span class="goose-cut" style="color:#6b7280"> … {len(run.tokens) - len(spans):,} more '
+                     "tokens not shown: download the trace for all of them</span>")
+    prompt = html.escape(shown_prompt(run.prompt))
     return (f'<div class="goose-text" style="font:14px/1.7 monospace;white-space:pre-wrap;padding:6px">'
             f'<span style="color:#6b7280">{prompt}</span>{"".join(parts)}</div>'
             f'<div style="font:12px sans-serif;padding:4px 6px">{key}</div>')
+
+
+def shown_prompt(prompt: str) -> str:
+    """The prompt as a viewer draws it: whole, or its end (which the generated text continues) and its length."""
+    if len(prompt) <= SHOWN_PROMPT_CHARS:
+        return prompt
+    return (f"[the prompt is {len(prompt):,} characters long: its last {SHOWN_PROMPT_CHARS:,} are shown]\n…"
+            f"{prompt[-SHOWN_PROMPT_CHARS:]}")
 
 
 def stats_html(run: RunRecord | None, status: str = "") -> str:
@@ -314,37 +326,32 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
 
 # ---------------------------------------------------------------- Replay
 
-def load_trace(path: str | None) -> RunView:
-    """Open an uploaded trace file; a file that is not a Goose trace is refused with a message."""
+def read_trace(path: str | None) -> tuple[dict[str, RunRecord], bool]:
+    """The runs of an uploaded trace by method (a run trace's one, a race trace's every method's) and whether it
+    is a race; a file that is neither is refused with the line that says what is wrong with it."""
     if not path:
         raise gr.Error("Choose a trace file (.json) first.")
     try:
-        run = RunRecord.load(path)
-    except UnicodeDecodeError:
-        raise gr.Error("This file is not a Goose trace: it is not text (expected a .json trace).") from None
-    except ValueError as error:
-        raise gr.Error(f"This file is not a Goose trace: {error}") from error
-    return view_run(run, f"trace of {run.method} on {run.model}")
+        data = json.loads(read_text(path))
+        if is_race(data):
+            return race_from_dict(data), True
+        run = RunRecord.from_dict(data)
+        return {run.method: run}, False
+    except json.JSONDecodeError:
+        raise gr.Error("This file is not a Goose trace: it is not JSON (expected a .json run or race trace).") from None
+    except ValueError as error:  # "not a Goose trace: <what is wrong>"
+        raise gr.Error(f"This file is {error}") from None
 
 
 def replay(path: str | None) -> ReplayView:
-    """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane)."""
-    if not path:
-        raise gr.Error("Choose a trace file (.json) first.")
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise gr.Error("This file is not a Goose trace: it is not JSON (expected a .json run or race trace).") from None
-    if not is_race(data):
-        viewed = load_trace(path)
-        return ReplayView(**vars(viewed), lanes=lanes_iframe({viewed.run.method: viewed.run}))
-    try:
-        runs = race_from_dict(data)
-    except ValueError as error:
-        raise gr.Error(f"This file is not a Goose trace: {error}") from error
+    """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane). The page
+    gets what it draws (app.tokens.SHOWN_CHARS of text, the end of a long prompt), the state the whole run."""
+    runs, race = read_trace(path)
     shown = runs.get(SpineTree.name) or next(reversed(runs.values()))
-    viewed = view_run(shown, f"race of {', '.join(runs)} on {shown.model}: showing {shown.method}")
-    return ReplayView(**vars(viewed), lanes=lanes_iframe(runs))
+    model, method = shown.model[:SHOWN_NAME_CHARS], shown.method[:SHOWN_NAME_CHARS]
+    status = (f"race of {', '.join(m[:SHOWN_NAME_CHARS] for m in runs)} on {model}: showing {method}" if race
+              else f"trace of {method} on {model}")
+    return ReplayView(**vars(view_run(shown, status)), lanes=lanes_iframe(runs))
 
 
 def example_traces() -> list[str]:

@@ -17,6 +17,7 @@ import gradio as gr
 
 import goose
 from app import callbacks, lab
+from app.cancel import stop_on_cancel
 from app.gpu import on_gpu
 from app.limits import Limits
 from app.models import ModelRegistry
@@ -123,19 +124,24 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
 
     # On a ZeroGPU Space each run holds a GPU for at most its time limit plus the margin (app/gpu.py).
     gpu = on_gpu(duration=int(limits.max_run_s) + GPU_MARGIN_S)
+    # A cancelled run (gradio_client's job.cancel()) stops after its step in flight, as if Stop were pressed.
+    cancellable = partial(stop_on_cancel, switches=callbacks.STOPS, session_of=session_of)
 
+    @cancellable
     @gpu
     def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
                     top_k: float, top_p: float, seed: str, full_head: bool, request: gr.Request):
         yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
                                      seed, full_head, session_of(request), limits=limits)
 
+    @cancellable
     @gpu
     def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, full_head: bool,
                  request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
         return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
                               progress, limits=limits)
 
+    @cancellable
     @gpu
     def run_lab_check(run: goose.RunRecord | None, curves: dict | None, measured: dict | None, method: str,
                       budget: float, fixed_share: bool, share: float, rho: float, depth: float, order: str,
