@@ -66,7 +66,7 @@ def refused() -> Iterator[None]:
     try:
         yield
     except validate.InputError as error:
-        raise gr.Error(str(error)) from None
+        raise gr.Error(str(error), print_exception=False) from None  # the visitor's mistake, not the server's
 
 
 def parse_budget(value: Any, limit: int = MAX_BUDGET) -> int | None:
