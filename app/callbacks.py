@@ -30,7 +30,7 @@ from app.models import ModelNotAllowedError, ModelRegistry, canonical_name
 from app.outputs import KEEP, Keep
 from app.race_lanes import lanes_iframe
 from app.race_trace import is_race, race_from_dict, save_race
-from app.tokens import PREFILL, SHOWN_CHARS, SHOWN_NAME_CHARS, SHOWN_PROMPT_CHARS, TOKEN_KINDS, token_spans
+from app.tokens import PREFILL, SHOWN_NAME_CHARS, SHOWN_PROMPT_CHARS, TOKEN_KINDS, token_spans
 from app.tree_view import tree_iframe
 from goose import charts, metrics, validate
 from goose.assets import ASSETS
@@ -167,7 +167,7 @@ def text_html(run: RunRecord | None) -> str:
     if run is None or not run.tokens:
         return '<div class="goose-text" style="color:#6b7280">The generated text appears here.</div>'
     parts = []
-    spans = token_spans(run, SHOWN_CHARS)
+    spans = token_spans(run, shown=True)
     for text, kind, step in spans:
         colour, meaning = TOKEN_KINDS[kind]
         where = PREFILL if step is None else f"step {step}"
@@ -345,7 +345,7 @@ def read_trace(path: str | None) -> tuple[dict[str, RunRecord], bool]:
 
 def replay(path: str | None) -> ReplayView:
     """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane). The page
-    gets what it draws (app.tokens.SHOWN_CHARS of text, the end of a long prompt), the state the whole run."""
+    gets what it draws (app.tokens.SHOWN_TOKENS tokens, the end of a long prompt), the state the whole run."""
     runs, race = read_trace(path)
     shown = runs.get(SpineTree.name) or next(reversed(runs.values()))
     model, method = shown.model[:SHOWN_NAME_CHARS], shown.method[:SHOWN_NAME_CHARS]

@@ -9,7 +9,8 @@ from app.tree_view import BONUS, BONUS_COLOUR, SOURCE_COLOURS
 from goose.trace import RunRecord
 from goose.tree import BRANCH, SPINE
 
-SHOWN_CHARS = 32_000  # the most generated text of one run a viewer draws (a trace may hold any amount)
+SHOWN_TOKENS = 2048  # the most generated tokens of one run a viewer draws (a trace may hold any number)...
+SHOWN_CHARS = 32_000  # ... and the most of their text
 SHOWN_PROMPT_CHARS = 16_000  # the most of a prompt it draws: about the 4096 tokens a server takes by default
 SHOWN_NAME_CHARS = 120  # the most of a method's or a model's name it draws
 PREFILL = "prefill"  # the first generated token's kind: the prefill pass chose it
@@ -21,22 +22,22 @@ TOKEN_KINDS = {
 }
 
 
-def token_spans(run: RunRecord, max_chars: int | None = None) -> list[tuple[str, str, int | None]]:
-    """(text, kind, step) for each generated token; kind is spine, branch, bonus or prefill. With `max_chars`,
-    only the first tokens whose texts hold that many characters (a viewer draws no more: SHOWN_CHARS)."""
+def token_spans(run: RunRecord, shown: bool = False) -> list[tuple[str, str, int | None]]:
+    """(text, kind, step) for each generated token; kind is spine, branch, bonus or prefill. `shown`: only as
+    many as a viewer draws (SHOWN_TOKENS, holding at most SHOWN_CHARS of text)."""
     if not run.tokens:
         return []
     first = run.steps[0].nodes[0].text if run.steps else run.text
     spans: list[tuple[str, str, int | None]] = [(first, PREFILL, None)]
     chars = len(first)
     for step in run.steps:
-        if max_chars is not None and chars >= max_chars:
+        if shown and (chars >= SHOWN_CHARS or len(spans) >= SHOWN_TOKENS):
             break
         drafted = [(step.nodes[i].text, step.nodes[i].source) for i in step.accepted]
         made = drafted + [(step.bonus_text, BONUS)]
         spans.extend((text, kind, step.index) for text, kind in made[:len(step.committed)])
         chars += sum(len(text) for text, _ in made[:len(step.committed)])
-    return spans if max_chars is None else _cut(spans, max_chars)
+    return _cut(spans[:SHOWN_TOKENS], SHOWN_CHARS) if shown else spans
 
 
 def _cut(spans: list[tuple[str, str, int | None]], max_chars: int) -> list[tuple[str, str, int | None]]:
