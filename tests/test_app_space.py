@@ -416,8 +416,8 @@ def test_replay_refuses_a_broken_trace_with_its_line_through_the_api(api, regist
     broken["steps"][step]["nodes"][last]["parent"] = 40  # past the node list
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     (tmp_path / "binary.json").write_bytes(b'{"format": "goose-trace/4", \xff\xfe}')
-    for file, message in (("broken.json", f"This file is not a Goose trace: steps[{step}].nodes[{last}].parent must be a "
-                                          f"node before it (0..{last - 1}), got 40"),
+    for file, message in (("broken.json", f"This file is not a Goose trace: steps[{step}].nodes[{last}].parent must "
+                                          f"be a node before it (0..{last - 1}), got 40"),
                           ("binary.json", "This file is not a Goose trace: it is not UTF-8 text (byte 28 is 0xff")):
         started = time.monotonic()
         with pytest.raises(AppError) as refused:
