@@ -261,8 +261,9 @@ def _cancel_when_running(server: Server, name: str) -> str:
     job = (_explore(client, PROMPTS[3], model="slow", max_new=400) if name == "explore" else
            client.submit(PROMPTS[3], "slow", [], "8", 400, api_name="/race"))
     deadline = time.monotonic() + 240
-    while not (job.outputs() if name == "explore" else job.status().code == Status.PROCESSING):
-        assert time.monotonic() < deadline and not job.done(), "the job never started"
+    running = (Status.PROCESSING, Status.PROGRESS)  # a race reports its progress bar
+    while not (job.outputs() if name == "explore" else job.status().code in running):
+        assert time.monotonic() < deadline and not job.done(), f"the {name} never started"
         time.sleep(0.05)
     time.sleep(0.3)  # a few steps in
     job.cancel()
