@@ -15,6 +15,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,18 +30,18 @@ from app.models import ModelNotAllowedError, ModelRegistry, canonical_name
 from app.outputs import KEEP, Keep
 from app.race_lanes import lanes_iframe
 from app.race_trace import is_race, race_from_dict, save_race
-from app.tokens import PREFILL, TOKEN_KINDS, token_spans
+from app.tokens import PREFILL, SHOWN_NAME_CHARS, SHOWN_PROMPT_CHARS, TOKEN_KINDS, token_spans
 from app.tree_view import tree_iframe
-from goose import charts, metrics
+from goose import charts, metrics, validate
 from goose.assets import ASSETS
-from goose.config import parse_budget as parse_budget_text
 from goose.drafters import Balanced, SpineTree
-from goose.trace import RunRecord
+from goose.trace import RunRecord, read_text
 from goose.tree import BRANCH, SPINE
 
 DEFAULT_LIMITS = Limits()
 MAX_BUDGET = DEFAULT_LIMITS.max_budget
 MAX_NEW_TOKENS = DEFAULT_LIMITS.max_new_tokens
+ON_THIS_SERVER = " on this server"  # follows a rule whose bound is the operator's (app.limits), not the library's
 STOPS = StopSwitches()  # the Stop switch of every session of this server process
 # always raced: the baseline, the control (isotropic tree) and the spine tree
 RACE_METHODS = (metrics.BASELINE, Balanced.name, SpineTree.name)
@@ -59,34 +60,48 @@ TRACE_KEEP_S = 3600.0  # downloads older than this are deleted when a new one is
 
 # ---------------------------------------------------------------- input checks
 
+@contextmanager
+def refused() -> Iterator[None]:
+    """A request field that breaks its rule (goose.validate) as the message in the page: the library's own line."""
+    try:
+        yield
+    except validate.InputError as error:
+        raise gr.Error(str(error), print_exception=False) from None  # the visitor's mistake, not the server's
+
+
 def parse_budget(value: Any, limit: int = MAX_BUDGET) -> int | None:
     """The node budget from the budget box: None for "auto"/blank (the library's default), else 1..limit."""
-    try:
-        return parse_budget_text(value, limit)
-    except ValueError as error:
-        message = str(error)
-        raise gr.Error(f"{message[:1].upper()}{message[1:]} on this server.") from None
+    with refused():
+        return validate.parse_budget(value, limit, where=ON_THIS_SERVER)
 
 
 def parse_max_new_tokens(value: Any, limit: int = MAX_NEW_TOKENS) -> int:
     """Max new tokens as an int in 1..limit."""
-    try:
-        number = int(float(value))
-    except (TypeError, ValueError):
-        raise gr.Error(f"Max new tokens must be a whole number, got {value!r}.") from None
-    if not 1 <= number <= limit:
-        raise gr.Error(f"Max new tokens must lie between 1 and {limit} on this server, got {number}.")
-    return number
+    with refused():
+        return validate.whole_number("max_new_tokens", value, 1, limit, typed=True, where=ON_THIS_SERVER)
 
 
 def check_prompt(prompt: Any) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise gr.Error("The prompt is empty: type some text to continue, or pick an example.")
-    return prompt
+    """Text a tokenizer can encode, not blank."""
+    with refused():
+        return validate.prompt(prompt)
+
+
+def parse_sampling(temperature: Any, top_k: Any, top_p: Any, seed: Any, limits: Limits) -> dict[str, Any]:
+    """The sampling boxes as the library's options; temperature up to this server's limit."""
+    with refused():
+        return {"temperature": validate.number("temperature", temperature, 0.0, limits.max_temperature, typed=True,
+                                               where=ON_THIS_SERVER),
+                "top_k": validate.whole_number("top_k", top_k, 0, typed=True, where=" (0 = off)"),
+                "top_p": validate.number("top_p", top_p, 0.0, 1.0, typed=True, above_low=True),
+                "seed": validate.seed(seed, typed=True)}
 
 
 def check_model_allowed(registry: ModelRegistry, name: str | None) -> None:
     """Refuse a model the operator does not offer at once, before anything is queued behind a download."""
+    if name is not None:
+        with refused():
+            validate.text("model", name)
     try:
         registry.check_allowed(name)
     except ModelNotAllowedError as error:
@@ -112,19 +127,10 @@ def get_model(registry: ModelRegistry, name: str | None) -> goose.GooseModel:
         raise gr.Error(f"Model {canonical_name(name)!r} cannot be used: {error}", title="Unsupported model") from error
 
 
-def parse_seed(value: Any) -> int | None:
-    """The seed box: blank for a fresh random seed, else a whole number."""
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise gr.Error(f"The seed must be a whole number or blank, got {value!r}.") from None
-
-
-def head_kind(full_head: bool) -> str:
+def head_kind(full_head: Any) -> str:
     """The app's checkbox as the library's head option."""
-    return "full" if full_head else "auto"
+    with refused():
+        return "full" if validate.flag("full_head", full_head) else "auto"
 
 
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
@@ -161,7 +167,8 @@ def text_html(run: RunRecord | None) -> str:
     if run is None or not run.tokens:
         return '<div class="goose-text" style="color:#6b7280">The generated text appears here.</div>'
     parts = []
-    for text, kind, step in token_spans(run):
+    spans = token_spans(run, shown=True)
+    for text, kind, step in spans:
         colour, meaning = TOKEN_KINDS[kind]
         where = PREFILL if step is None else f"step {step}"
         parts.append(f'<span class="tok tok-{kind}" title="{html.escape(f"{where}: {meaning}", quote=True)}" '
@@ -170,10 +177,21 @@ def text_html(run: RunRecord | None) -> str:
     key = "".join(f'<span style="margin-right:14px"><span style="border-bottom:3px solid {colour};'
                   f'background:{colour}33;padding:0 4px">{html.escape(meaning)}</span></span>'
                   for colour, meaning in TOKEN_KINDS.values())
-    prompt = html.escape(run.prompt)
+    if len(spans) < len(run.tokens):
+        parts.append(f'<span class="goose-cut" style="color:#6b7280"> … {len(run.tokens) - len(spans):,} more '
+                     "tokens not shown: download the trace for all of them</span>")
+    prompt = html.escape(shown_prompt(run.prompt))
     return (f'<div class="goose-text" style="font:14px/1.7 monospace;white-space:pre-wrap;padding:6px">'
             f'<span style="color:#6b7280">{prompt}</span>{"".join(parts)}</div>'
             f'<div style="font:12px sans-serif;padding:4px 6px">{key}</div>')
+
+
+def shown_prompt(prompt: str) -> str:
+    """The prompt as a viewer draws it: whole, or its end (which the generated text continues) and its length."""
+    if len(prompt) <= SHOWN_PROMPT_CHARS:
+        return prompt
+    return (f"[the prompt is {len(prompt):,} characters long: its last {SHOWN_PROMPT_CHARS:,} are shown]\n…"
+            f"{prompt[-SHOWN_PROMPT_CHARS:]}")
 
 
 def stats_html(run: RunRecord | None, status: str = "") -> str:
@@ -272,10 +290,12 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     hovering a tried node shows the probability it was accepted with. The session's Stop button
     or the server's time limit end the run between two steps; what was generated stays."""
     prompt = check_prompt(prompt)
-    if method not in goose.METHODS:
-        raise gr.Error(f"Unknown method {method!r}; choose one of {', '.join(goose.METHODS)}.")
+    with refused():
+        validate.choice("method", method, list(goose.METHODS))
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
+    sampling = parse_sampling(temperature, top_k, top_p, seed, limits)
+    head = head_kind(full_head)
     check_model_allowed(registry, model_name)
     if not registry.is_warm(model_name):
         name = canonical_name(model_name)
@@ -289,9 +309,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
-                        temperature=float(temperature or 0.0),
-                        top_k=int(top_k or 0), top_p=float(top_p or 1.0), seed=parse_seed(seed),
-                        head=head_kind(full_head))
+                        head=head, **sampling)
     guard = RunGuard(STOPS, session, limits.max_run_s)
     last_yield = 0.0
     try:
@@ -308,37 +326,32 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
 
 # ---------------------------------------------------------------- Replay
 
-def load_trace(path: str | None) -> RunView:
-    """Open an uploaded trace file; a file that is not a Goose trace is refused with a message."""
+def read_trace(path: str | None) -> tuple[dict[str, RunRecord], bool]:
+    """The runs of an uploaded trace by method (a run trace's one, a race trace's every method's) and whether it
+    is a race; a file that is neither is refused with the line that says what is wrong with it."""
     if not path:
         raise gr.Error("Choose a trace file (.json) first.")
     try:
-        run = RunRecord.load(path)
-    except UnicodeDecodeError:
-        raise gr.Error("This file is not a Goose trace: it is not text (expected a .json trace).") from None
-    except ValueError as error:
-        raise gr.Error(f"This file is not a Goose trace: {error}") from error
-    return view_run(run, f"trace of {run.method} on {run.model}")
+        data = json.loads(read_text(path))
+        if is_race(data):
+            return race_from_dict(data), True
+        run = RunRecord.from_dict(data)
+        return {run.method: run}, False
+    except json.JSONDecodeError:
+        raise gr.Error("This file is not a Goose trace: it is not JSON (expected a .json run or race trace).") from None
+    except ValueError as error:  # "not a Goose trace: <what is wrong>"
+        raise gr.Error(f"This file is {error}") from None
 
 
 def replay(path: str | None) -> ReplayView:
-    """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane)."""
-    if not path:
-        raise gr.Error("Choose a trace file (.json) first.")
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise gr.Error("This file is not a Goose trace: it is not JSON (expected a .json run or race trace).") from None
-    if not is_race(data):
-        viewed = load_trace(path)
-        return ReplayView(**vars(viewed), lanes=lanes_iframe({viewed.run.method: viewed.run}))
-    try:
-        runs = race_from_dict(data)
-    except ValueError as error:
-        raise gr.Error(f"This file is not a Goose trace: {error}") from error
+    """Open a run trace (its run, and one lane) or a race trace (its goose run, and every method's lane). The page
+    gets what it draws (app.tokens.SHOWN_TOKENS tokens, the end of a long prompt), the state the whole run."""
+    runs, race = read_trace(path)
     shown = runs.get(SpineTree.name) or next(reversed(runs.values()))
-    viewed = view_run(shown, f"race of {', '.join(runs)} on {shown.model}: showing {shown.method}")
-    return ReplayView(**vars(viewed), lanes=lanes_iframe(runs))
+    model, method = shown.model[:SHOWN_NAME_CHARS], shown.method[:SHOWN_NAME_CHARS]
+    status = (f"race of {', '.join(m[:SHOWN_NAME_CHARS] for m in runs)} on {model}: showing {method}" if race
+              else f"trace of {method} on {model}")
+    return ReplayView(**vars(view_run(shown, status)), lanes=lanes_iframe(runs))
 
 
 def example_traces() -> list[str]:
@@ -434,18 +447,20 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     Stop or the server's time limit (for the whole race) end the current method between two steps
     and skip the rest; what ran is shown."""
     prompt = check_prompt(prompt)
-    extras = extra_race_methods()
-    unknown = [m for m in extra_methods or [] if m not in extras]
-    if unknown:
-        raise gr.Error(f"Unknown method(s) {', '.join(unknown)}; extras are {', '.join(extras)}.")
-    methods = [m for m in goose.METHODS if m in RACE_METHODS or m in (extra_methods or [])]
+    extra_methods = [] if extra_methods is None else extra_methods
+    with refused():
+        if not isinstance(extra_methods, list):
+            raise validate.InputError(f"extra_methods must be a list of methods, got {validate.shown(extra_methods)}")
+        for extra in extra_methods:
+            validate.choice("extra method", extra, extra_race_methods())
+    methods = [m for m in goose.METHODS if m in RACE_METHODS or m in extra_methods]
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
+    head = head_kind(full_head)
     check_model_allowed(registry, model_name)
     progress(0.0, desc=f"loading {canonical_name(model_name)}")
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
-    head = head_kind(full_head)
     _start(model, prompt, metrics.BASELINE, limit, nodes, head=head)  # checks the input once, before any work
     progress(0.02, desc="warming up")
     goose.generate(model, prompt, metrics.BASELINE, 2, head=head)  # builds the head once, outside every racer

@@ -34,12 +34,14 @@ def _env_number(environ: Mapping[str, str], name: str, default: float, minimum: 
 
 @dataclass(frozen=True)
 class Limits:
-    """The most a visitor may ask for: prompt tokens, new tokens, tree budget and seconds per run (or race)."""
+    """The most a visitor may ask for: prompt tokens, new tokens, tree budget and seconds per run (or race), and
+    the temperature (the page's slider ends there; not an operator's setting)."""
 
     max_prompt_tokens: int = 4096
     max_new_tokens: int = 1024
     max_budget: int = 512
     max_run_s: float = 300.0
+    max_temperature: float = 2.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Limits:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -41,10 +41,26 @@ def on_page(view: Any, components: Components) -> dict[gr.components.Component, 
 
 
 def bound(callback: Callable[..., Any], components: Components) -> Callable[..., Any]:
-    """`callback` (a function or a generator of views) returning Gradio's {component: value} instead.
+    """`callback` (a function or a generator of views, plain or async) returning Gradio's {component: value}
+    instead.
 
     functools.wraps keeps the callback's signature visible, which Gradio reads to pass gr.Request and
     gr.Progress and to document the API."""
+    if inspect.isasyncgenfunction(callback):
+        @functools.wraps(callback)
+        async def stream_async(*args: Any, **kwargs: Any) -> AsyncIterator[dict[gr.components.Component, Any]]:
+            async for view in callback(*args, **kwargs):
+                yield on_page(view, components)
+
+        return stream_async
+
+    if inspect.iscoroutinefunction(callback):
+        @functools.wraps(callback)
+        async def call_async(*args: Any, **kwargs: Any) -> dict[gr.components.Component, Any]:
+            return on_page(await callback(*args, **kwargs), components)
+
+        return call_async
+
     if inspect.isgeneratorfunction(callback):
         @functools.wraps(callback)
         def stream(*args: Any, **kwargs: Any) -> Iterator[dict[gr.components.Component, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import json
 
-from app.tokens import TOKEN_KINDS, token_spans, token_times
+from app.tokens import SHOWN_NAME_CHARS, TOKEN_KINDS, token_spans, token_times
 from goose.charts import method_colour
 from goose.trace import RunRecord
 
@@ -90,9 +90,9 @@ def lane_data(runs: dict[str, RunRecord]) -> list[dict]:
     """Per method: its name, colour, measured wall time and (text, kind, seconds) per generated token."""
     lanes = []
     for method, run in runs.items():
-        spans = token_spans(run)
-        tokens = [[text, kind, round(t, 6)] for (text, kind, _), t in zip(spans, token_times(run), strict=True)]
-        lanes.append({"method": method, "colour": method_colour(method),
+        spans = token_spans(run, shown=True)
+        tokens = [[text, kind, round(t, 6)] for (text, kind, _), t in zip(spans, token_times(run))]
+        lanes.append({"method": method[:SHOWN_NAME_CHARS], "colour": method_colour(method),
                       "wall": round(max([run.totals.wall_s, *(t for *_, t in tokens)]), 6), "tokens": tokens,
                       "stop": run.stop_reason})
     return lanes

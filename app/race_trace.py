@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from goose.trace import TRACE_FORMAT, RunRecord
+from goose.trace import TRACE_FORMAT, RunRecord, read_text
+from goose.trace_check import TraceError
+from goose.validate import shown
 
 RACE_FORMAT = "goose-race/1"
 
@@ -39,12 +41,18 @@ def race_from_dict(data: Any) -> dict[str, RunRecord]:
     runs = data.get("runs")
     if not isinstance(runs, dict) or not runs:
         raise ValueError("not a Goose race trace: it holds no runs")
-    return {method: RunRecord.from_dict(run) for method, run in runs.items()}
+    loaded = {}
+    for method, run in runs.items():
+        try:
+            loaded[method] = RunRecord.from_dict(run)
+        except TraceError as error:  # say which run is not one
+            raise TraceError(f"runs[{shown(method)}]: {error.what}") from None
+    return loaded
 
 
 def load_race(path: str | Path) -> dict[str, RunRecord]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise ValueError(f"not a Goose race trace: invalid JSON ({error})") from error
     return race_from_dict(data)

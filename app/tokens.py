@@ -9,6 +9,10 @@ from app.tree_view import BONUS, BONUS_COLOUR, SOURCE_COLOURS
 from goose.trace import RunRecord
 from goose.tree import BRANCH, SPINE
 
+SHOWN_TOKENS = 2048  # the most generated tokens of one run a viewer draws (a trace may hold any number)...
+SHOWN_CHARS = 32_000  # ... and the most of their text
+SHOWN_PROMPT_CHARS = 16_000  # the most of a prompt it draws: about the 4096 tokens a server takes by default
+SHOWN_NAME_CHARS = 120  # the most of a method's or a model's name it draws
 PREFILL = "prefill"  # the first generated token's kind: the prefill pass chose it
 TOKEN_KINDS = {
     SPINE: (SOURCE_COLOURS[SPINE], "accepted from the spine (context match)"),
@@ -18,17 +22,33 @@ TOKEN_KINDS = {
 }
 
 
-def token_spans(run: RunRecord) -> list[tuple[str, str, int | None]]:
-    """(text, kind, step) for each generated token; kind is spine, branch, bonus or prefill."""
+def token_spans(run: RunRecord, shown: bool = False) -> list[tuple[str, str, int | None]]:
+    """(text, kind, step) for each generated token; kind is spine, branch, bonus or prefill. `shown`: only as
+    many as a viewer draws (SHOWN_TOKENS, holding at most SHOWN_CHARS of text)."""
     if not run.tokens:
         return []
     first = run.steps[0].nodes[0].text if run.steps else run.text
     spans: list[tuple[str, str, int | None]] = [(first, PREFILL, None)]
+    chars = len(first)
     for step in run.steps:
+        if shown and (chars >= SHOWN_CHARS or len(spans) >= SHOWN_TOKENS):
+            break
         drafted = [(step.nodes[i].text, step.nodes[i].source) for i in step.accepted]
         made = drafted + [(step.bonus_text, BONUS)]
         spans.extend((text, kind, step.index) for text, kind in made[:len(step.committed)])
-    return spans
+        chars += sum(len(text) for text, _ in made[:len(step.committed)])
+    return _cut(spans[:SHOWN_TOKENS], SHOWN_CHARS) if shown else spans
+
+
+def _cut(spans: list[tuple[str, str, int | None]], max_chars: int) -> list[tuple[str, str, int | None]]:
+    """The first spans that hold max_chars characters, the last one cut to fit."""
+    kept, left = [], max_chars
+    for text, kind, step in spans:
+        if left <= 0:
+            break
+        kept.append((text[:left], kind, step))
+        left -= len(text)
+    return kept
 
 
 def token_times(run: RunRecord) -> list[float]:

@@ -17,6 +17,7 @@ import gradio as gr
 
 import goose
 from app import callbacks, lab, why
+from app.cancel import stop_on_cancel
 from app.gpu import on_gpu
 from app.limits import Limits
 from app.models import ModelRegistry
@@ -116,23 +117,31 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     labels = [e["label"] for e in examples]
     # Run and Race share one queue slot; Stop and the scrubbers never wait behind a run.
     model_queue = {"concurrency_limit": 1, "concurrency_id": "model"}
+    # The named API's values reach the callbacks as sent, unconverted by Gradio's components, so that a bad one
+    # ("lots" new tokens) meets the library's rule and its one-line message (goose.validate), not Gradio's.
+    as_sent = {"preprocess": False}
     instant = {"concurrency_limit": None, "show_progress": "hidden"}
 
     # On a ZeroGPU Space each run holds a GPU for at most its time limit plus the margin (app/gpu.py).
     gpu = on_gpu(duration=int(limits.max_run_s) + GPU_MARGIN_S)
+    # A cancelled run (gradio_client's job.cancel()) stops after its step in flight, as if Stop were pressed.
+    cancellable = partial(stop_on_cancel, switches=callbacks.STOPS, session_of=session_of)
 
+    @cancellable
     @gpu
     def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
                     top_k: float, top_p: float, seed: str, full_head: bool, request: gr.Request):
         yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
                                      seed, full_head, session_of(request), limits=limits)
 
+    @cancellable
     @gpu
     def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, full_head: bool,
                  request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
         return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
                               progress, limits=limits)
 
+    @cancellable
     @gpu
     def run_lab_check(run: goose.RunRecord | None, curves: dict | None, measured: dict | None, method: str,
                       budget: float, fixed_share: bool, share: float, rho: float, depth: float, order: str,
@@ -170,7 +179,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                         full_head = gr.Checkbox(False, label=FULL_HEAD_LABEL, info=FULL_HEAD_INFO,
                                                 elem_id="explore-full-head")
                         with gr.Accordion("Sampling (temperature 0 = greedy)", open=False):
-                            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature")
+                            temperature = gr.Slider(0.0, limits.max_temperature, value=0.0, step=0.05,
+                                                    label="Temperature")
                             top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
                             top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                             seed = gr.Textbox("", label="Seed (blank = random)")
@@ -181,7 +191,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                 go_button.click(arm, None, None, api_visibility="private", **instant).then(
                     bound(run_explore, explore.components),
                     [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head],
-                    outputs(callbacks.RunView, explore.components), api_name="explore", **model_queue)
+                    outputs(callbacks.RunView, explore.components), api_name="explore", **as_sent, **model_queue)
                 stop_button.click(stop, None, None, api_name="stop", **instant)
 
             with gr.Tab("Race", id="race"):
@@ -226,7 +236,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                 race_button.click(arm, None, None, api_visibility="private", **instant).then(
                     bound(run_race, race_board),
                     [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head],
-                    outputs(callbacks.RaceView, race_board), api_name="race", **model_queue)
+                    outputs(callbacks.RaceView, race_board), api_name="race", **as_sent, **model_queue)
                 race_stop.click(stop, None, None, api_visibility="undocumented", **instant)
 
             with gr.Tab("Replay", id="replay"):
@@ -246,7 +256,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                               api_name="replay", concurrency_limit=None)
                 open_example.click(bound(callbacks.load_example_trace, replayed), example,
                                    outputs(callbacks.ReplayView, replayed), api_name="replay_example",
-                                   concurrency_limit=None)
+                                   concurrency_limit=None, **as_sent)
 
             with gr.Tab("Lab", id="lab"):
                 lab.lab_tab({"Explore run": explore.run, "Replay trace": replay.run}, check_fn=run_lab_check,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from goose import metrics
-from goose.decode import generate, stream
+from goose.decode import Generation, stream
 from goose.model import GooseModel
 from goose.trace import RunRecord
 from goose.whatif import ALIASES, RunWhatIf, replay, resolve_settings
@@ -55,14 +55,22 @@ class RealRun:
         return metrics.lossless(self.run.tokens, self.baseline.tokens)
 
 
-def baseline_run(goose_model: GooseModel, run: RunRecord) -> RunRecord:
+def to_the_end(generation: Generation, cancel: Callable[[], bool] | None) -> RunRecord:
+    """The generation run to its end; CheckCancelled as soon as `cancel`, asked after every step, answers True."""
+    for _ in generation:
+        if cancel is not None and cancel():
+            raise CheckCancelled("the check was cancelled before its real run ended")
+    return generation.run
+
+
+def baseline_run(goose_model: GooseModel, run: RunRecord, cancel: Callable[[], bool] | None = None) -> RunRecord:
     """The autoregressive run on `run`'s prompt and length with its head (a greedy baseline is the same every
     time, so it is run once per model and kept with it)."""
     key = ("baseline", tuple(run.prompt_tokens), run.max_new_tokens, run.head)
     kept = goose_model.cache.measured
     if key not in kept:
-        kept[key] = generate(goose_model, list(run.prompt_tokens), metrics.BASELINE, run.max_new_tokens,
-                             head=run.head)
+        kept[key] = to_the_end(stream(goose_model, list(run.prompt_tokens), metrics.BASELINE, run.max_new_tokens,
+                                      head=run.head), cancel)
     return kept[key]
 
 
@@ -72,14 +80,11 @@ def real_run(goose_model: GooseModel, run: RunRecord, settings: dict[str, Any],
     what a replay estimates, measured. `cancel` is asked after every step; when it answers True the run stops
     and CheckCancelled is raised."""
     method, config = resolve_settings(run, settings)
-    baseline = baseline_run(goose_model, run)
+    baseline = baseline_run(goose_model, run, cancel)
     budget = "auto" if config.auto_budget else config.budget
     generation = stream(goose_model, list(run.prompt_tokens), method, run.max_new_tokens, budget, head=run.head,
                         config=config)
-    for _ in generation:
-        if cancel is not None and cancel():
-            raise CheckCancelled("the check was cancelled before its real run ended")
-    return RealRun(generation.run, baseline)
+    return RealRun(to_the_end(generation, cancel), baseline)
 
 
 def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None = None,

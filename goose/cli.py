@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from goose import validate
 from goose.bench import (
     SUITES,
     BenchSettings,
@@ -23,11 +24,11 @@ from goose.bench import (
 from goose.bench.diagnosis import DIAGNOSE_FILE, format_diagnosis, load_diagnoses
 from goose.bench.runner import WARMUP_TOKENS
 from goose.bench.what_if import add_check_arguments, run_check
-from goose.config import parse_budget
 from goose.decode import METHODS, Generation, Request, check_request, model_target
 from goose.heads.factory import HEAD_CHOICES
 from goose.parallel import ParallelError, agreed_seed, is_main_process, rank
 from goose.prior_build import PRIOR_TOKENS
+from goose.validate import parse_budget
 
 HEAD_HELP = ("LM head of every method, autoregressive included: auto (default: the fastest exact head on this "
              "device, timed once), int8 (the exact float32 argmax through an int8 screen, CPU), screened (the same "
@@ -39,15 +40,17 @@ TENSOR_PARALLEL_HELP = ("split the model over the processes of `torchrun --nproc
 def _generate(args: argparse.Namespace) -> int:
     import goose
 
+    typed = validate.typed_number  # numbers as typed: each field's rule refuses the rest with its own message
+
     def request(max_new_tokens: int) -> Request:
         return check_request(args.prompt, args.method, max_new_tokens, args.budget, stop=args.stop,
-                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                             head=args.head)
+                             temperature=typed(args.temperature), top_k=typed(args.top_k), top_p=typed(args.top_p),
+                             seed=typed(args.seed), head=args.head)
 
-    timed = request(args.max_new_tokens)  # bad input is refused before the model loads
+    timed = request(typed(args.max_new_tokens))  # bad input is refused before the model loads
     start = time.perf_counter()
     goose_model = goose.load_model(args.model, device=args.device, tensor_parallel=args.tensor_parallel)
-    if args.tensor_parallel and args.temperature and args.seed is None:  # the ranks must draw alike
+    if args.tensor_parallel and timed.sampling.temperature and timed.sampling.seed is None:  # the ranks must draw alike
         timed = replace(timed, sampling=replace(timed.sampling, seed=agreed_seed()))
     load_s = time.perf_counter() - start
     once = f"model load {load_s:.1f} s"
@@ -55,7 +58,7 @@ def _generate(args: argparse.Namespace) -> int:
         # The bench's warm-up: a short untimed run of the same request pays what a process pays once per model
         # (the LM head and packed linears built, costs measured or read, kernels compiled), so the timed run's
         # clock holds what every later run in this process would pay too.
-        warm_up_tokens = min(WARMUP_TOKENS, args.max_new_tokens)
+        warm_up_tokens = min(WARMUP_TOKENS, timed.max_new_tokens)
         start = time.perf_counter()
         warm = replace(request(warm_up_tokens), sampling=timed.sampling)
         for _ in Generation(model_target(goose_model, warm), warm):
@@ -179,17 +182,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: CUDA when present)")
-    gen.add_argument("--method", default="goose", choices=METHODS)
-    gen.add_argument("--budget", type=_argument(parse_budget), default=None,
+    # Every value is taken as typed and checked by the library's request rules (goose.validate), so that a bad
+    # one gets the same one-line message here as in the library and the app.
+    gen.add_argument("--method", default="goose", help=f"one of {', '.join(METHODS)} (default: goose)")
+    gen.add_argument("--budget", default=None,
                      help="tree node budget, root included, or 'auto' (default: picked per step from this "
                           "device's measured cost and the acceptance seen so far)")
-    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--max-new-tokens", default="128")
     gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--head", default="auto", choices=HEAD_CHOICES, help=HEAD_HELP)
+    gen.add_argument("--temperature", default="0", help="0 = greedy (default)")
+    gen.add_argument("--top-k", default="0", help="0 = off (default)")
+    gen.add_argument("--top-p", default="1")
+    gen.add_argument("--seed", default=None)
+    gen.add_argument("--head", default="auto", help=HEAD_HELP)
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
     gen.add_argument("--tensor-parallel", action="store_true", help=TENSOR_PARALLEL_HELP)
     gen.add_argument("--no-warm-up", dest="warm_up", action="store_false",

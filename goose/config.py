@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from goose.validate import MAX_BUDGET, InputError, choice, flag, number, shown, whole_number
+
 PAPER_BUDGET = 60  # the budget the paper's growth rule (60 -> 100) is stated for
 
 
@@ -71,24 +73,30 @@ class GooseConfig:
     branching: int = 3
 
     def __post_init__(self) -> None:
-        if not isinstance(self.budget, int) or self.budget < 1:
-            raise ValueError(f"budget must be a whole number of tree nodes >= 1, got {self.budget!r}")
-        if self.max_budget < 1:
-            raise ValueError("max_budget must be >= 1")
-        if not self.ngram_lengths or min(self.ngram_lengths) < 1:
-            raise ValueError("ngram_lengths must hold positive lengths")
-        if self.top_k < 1 or self.max_branch_depth < 1 or self.branching < 1:
-            raise ValueError("top_k, max_branch_depth and branching must be positive")
-        if not 0.0 <= self.min_score < 1.0:
-            raise ValueError("min_score is a probability below 1")
-        if not 0.0 <= self.spine_branch_share <= 1.0 or not 0.0 <= self.ema_alpha <= 1.0:
-            raise ValueError("spine_branch_share and ema_alpha lie in [0, 1]")
-        if self.spine_share is not None and not 0.0 <= self.spine_share <= 1.0:
-            raise ValueError(f"spine_share lies in [0, 1] (or None for the paper's tiers), got {self.spine_share!r}")
-        if self.branch_order not in ("best", "breadth"):
-            raise ValueError(f"branch_order is 'best' or 'breadth', got {self.branch_order!r}")
-        if self.max_chain < 1 or self.max_extended_chain < self.max_chain:
-            raise ValueError("max_extended_chain must be at least max_chain >= 1")
+        """Every knob against its rule (goose.validate): a bad one is refused with one line naming it."""
+        for name in ("budget", "max_budget"):
+            whole_number(name, getattr(self, name), 1, MAX_BUDGET, where=" tree nodes")
+        for name in ("max_chain", "long_match", "top_k", "max_branch_depth", "branching"):
+            whole_number(name, getattr(self, name), 1)
+        whole_number("max_extended_chain", self.max_extended_chain, self.max_chain, where=" (at least max_chain)")
+        if not isinstance(self.ngram_lengths, tuple) or not self.ngram_lengths:
+            raise InputError(f"ngram_lengths must hold positive lengths, got {shown(self.ngram_lengths)}")
+        for length in self.ngram_lengths:
+            whole_number("ngram_lengths", length, 1)
+        for name in ("extend_above", "ema_alpha", "ema_start", "spine_branch_share"):
+            number(name, getattr(self, name), 0.0, 1.0)
+        number("min_score", self.min_score, 0.0, 1.0)
+        if self.min_score == 1.0:
+            raise InputError("min_score must be a probability below 1, got 1.0")
+        if not isinstance(self.spine_tiers, tuple) or len(self.spine_tiers) != 3:
+            raise InputError(f"spine_tiers must be three shares, got {shown(self.spine_tiers)}")
+        for tier in self.spine_tiers:
+            number("spine_tiers", tier, 0.0, 1.0)
+        if self.spine_share is not None:
+            number("spine_share", self.spine_share, 0.0, 1.0, where=" (or None for the paper's tiers)")
+        for name in ("auto_budget", "use_bigram", "warm_start", "branches"):
+            flag(name, getattr(self, name))
+        choice("branch_order", self.branch_order, ("best", "breadth"))
 
     def grown_budget(self, confidence: float, budget: int | None = None) -> int:
         """The budget of one step: B (or `budget`), grown towards B * max_budget / 60 with confidence."""
@@ -125,19 +133,3 @@ class GooseConfig:
         data.setdefault("branch_order", "breadth")
         return cls().with_overrides(**data)
 
-
-def parse_budget(value: Any, maximum: int | None = None) -> int | None:
-    """A node budget as typed by a person (command line, app): 'auto' or blank -> None (the library picks it
-    each step), else a whole number of tree nodes, root included, in 1..maximum."""
-    text = str(value if value is not None else "").strip().lower()
-    if text in ("", "auto"):
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        raise ValueError(f"budget must be 'auto' or a whole number of tree nodes, got {value!r}") from None
-    if not number.is_integer() or number < 1:
-        raise ValueError(f"budget must be a whole number of tree nodes >= 1 (the root counts), got {value!r}")
-    if maximum is not None and number > maximum:
-        raise ValueError(f"budget {int(number)} is too large: at most {maximum} nodes per tree")
-    return int(number)

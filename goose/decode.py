@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from goose import metrics
+from goose import metrics, validate
 from goose.budget import BudgetTuner
 from goose.config import GooseConfig
 from goose.costs import choose_head, cost_table
@@ -35,12 +35,6 @@ from goose.target import ModelTarget, Target
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import ROOT, DraftTree
 from goose.walk import Verification
-
-
-def resolve_stops(stop: Sequence[str] | str | None) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
 
 
 class Observer:
@@ -294,29 +288,32 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
     head: "int8" or "screened" (the exact float32 argmax through an int8 or a bf16 screen), "full" (the
     textbook float32 head) or "auto" (the default: whichever is fastest on this device, timed once per
     model); every method, the autoregressive baseline included, uses the one chosen."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    if not isinstance(prompt, str):  # token ids
-        prompt = tuple(prompt) if isinstance(prompt, Sequence) else ()
-        if not all(isinstance(t, int) and t >= 0 for t in prompt):
-            raise ValueError("a prompt of token ids holds whole numbers >= 0 only")
-    if not (prompt.strip() if isinstance(prompt, str) else prompt):
-        raise ValueError("the prompt is empty: give some text to continue")
-    if not known_head(head):
-        raise ValueError(f"unknown head {head!r}; choose one of {', '.join(HEAD_CHOICES)}")
-    if not isinstance(shadow_budget, int) or shadow_budget < 0:
-        raise ValueError(f"shadow_budget must be a whole number >= 0, got {shadow_budget!r}")
+    validate.choice("method", method, list(METHODS))
+    if isinstance(prompt, str):
+        validate.prompt(prompt)
+    elif not isinstance(prompt, Sequence):
+        raise validate.InputError(f"prompt must be text or a list of token ids, got {validate.shown(prompt)}")
+    else:  # token ids
+        prompt = tuple(prompt)
+        if not prompt:
+            raise validate.InputError("prompt is empty: give some text to continue")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise validate.InputError("prompt token ids must be whole numbers >= 0")
+    if not isinstance(head, str) or not known_head(head):
+        raise validate.InputError(f"unknown head {validate.shown(head)}; choose one of {', '.join(HEAD_CHOICES)}")
+    validate.whole_number("shadow_budget", shadow_budget, 0, validate.MAX_BUDGET)
     if shadow_budget and not record_sources:
-        raise ValueError("shadow_budget records rows for replays: it needs record_sources=True")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-    if budget is None or budget == "auto":
+        raise validate.InputError("shadow_budget records rows for replays: it needs record_sources=True")
+    validate.whole_number("max_new_tokens", max_new_tokens, 1)
+    stops = validate.stops(stop)
+    budget = validate.parse_budget(budget)
+    if budget is None:
         overrides.setdefault("auto_budget", True)
     else:
         overrides["budget"], overrides["auto_budget"] = budget, False
     config = (config or GooseConfig()).with_overrides(**overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
-                   resolve_stops(stop), bool(record_sources), head, shadow_budget)
+                   stops, bool(record_sources), head, shadow_budget)
 
 
 def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,

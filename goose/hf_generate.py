@@ -32,6 +32,7 @@ from transformers.generation import (
 )
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from goose import validate
 from goose.config import GooseConfig
 from goose.decode import Generation, stream
 from goose.model import GooseModel
@@ -183,7 +184,9 @@ def _check_supported(input_ids: torch.Tensor, generation_config: GenerationConfi
 
 
 def _sampling(generation_config: GenerationConfig, seed: int | None) -> dict:
-    """Goose's sampling options from the generation config: greedy unless do_sample."""
+    """Goose's sampling options from the generation config: greedy unless do_sample. The seed is checked either
+    way: a bad one is refused, not ignored because this call happens to be greedy."""
+    seed = validate.seed(seed)
     if not generation_config.do_sample:
         return {"temperature": 0.0}
     if seed is None:  # from torch's generator, so that torch.manual_seed makes a run repeatable, as in generate

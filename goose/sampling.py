@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from goose import validate
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -28,12 +30,10 @@ class Sampling:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0.0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k!r}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        validate.number("temperature", self.temperature, 0.0, validate.MAX_TEMPERATURE, where=" (0 = greedy)")
+        validate.whole_number("top_k", self.top_k, 0, where=" (0 = off)")
+        validate.number("top_p", self.top_p, 0.0, 1.0, above_low=True)
+        validate.seed(self.seed)
 
     @property
     def greedy(self) -> bool:

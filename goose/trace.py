@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from goose.sources.adjacency import Row
+from goose.trace_check import TraceError, check_run
 
 TRACE_FORMAT = "goose-trace/4"
 READABLE_FORMATS = ("goose-trace/1", "goose-trace/2", "goose-trace/3", TRACE_FORMAT)
@@ -232,12 +233,11 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        """The run a trace's JSON holds; TraceError (a ValueError: "not a Goose trace: ...") for anything else."""
         if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
-            raise ValueError(f"not a Goose trace (expected a JSON object with format {TRACE_FORMAT!r})")
+            raise TraceError(f"expected a JSON object with format {TRACE_FORMAT!r}")
+        check_run(data)
         known = {f.name for f in fields(cls)}
-        missing = {"prompt", "method", "steps", "totals"} - set(data)
-        if missing:
-            raise ValueError(f"not a Goose trace: missing {', '.join(sorted(missing))}")
         try:
             rows = RowPool.from_json(data.get("rows", []))
             data = {k: v for k, v in data.items() if k in known}
@@ -249,17 +249,27 @@ class RunRecord:
                 data["prefill_rows"] = [(previous, token, rows[i]) for previous, token, i in data["prefill_rows"]]
             data["format"] = TRACE_FORMAT
             return cls(**data)
-        except (TypeError, KeyError) as error:
-            raise ValueError(f"not a Goose trace: {error}") from error
+        except (TypeError, KeyError) as error:  # a field no format has
+            raise TraceError(str(error)) from error
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ValueError(f"not a Goose trace: invalid JSON ({error})") from error
+            raise TraceError(f"invalid JSON ({error})") from error
         return cls.from_dict(data)
 
     @classmethod
     def load(cls, path: str | Path) -> RunRecord:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        return cls.from_json(read_text(path))
+
+
+def read_text(path: str | Path) -> str:
+    """A trace file's text; TraceError for a file that is not UTF-8 text (a picture, a zip)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TraceError(f"it is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}; "
+                         "expected a .json trace)") from None

@@ -227,13 +227,13 @@ def test_a_file_that_is_not_a_trace_is_refused(tmp_path) -> None:
         path = tmp_path / "bad.json"
         path.write_bytes(content)
         with pytest.raises(gr.Error, match="not a Goose trace"):
-            callbacks.load_trace(str(path))
+            callbacks.replay(str(path))
     with pytest.raises(gr.Error, match="Choose a trace"):
-        callbacks.load_trace(None)
+        callbacks.replay(None)
 
 
 def test_a_downloaded_trace_replays_without_a_model(run: goose.RunRecord) -> None:
-    shown = callbacks.load_trace(callbacks.save_trace(run))
+    shown = callbacks.replay(callbacks.save_trace(run))
     assert shown.run.tokens == run.tokens and "tok-spine" in shown.text and shown.tree.startswith("<iframe")
 
 

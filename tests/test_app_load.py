@@ -131,9 +131,10 @@ BAD_JOBS = [  # (endpoint arguments, the error the visitor must see)
     (("/explore", "", "tiny-gemma3", "goose", "8", 24, 0.0, 0, 1.0, ""), "prompt is empty"),
     (("/explore", PROMPTS[0], "meta-llama/Llama-3.1-70B", "goose", "8", 24, 0.0, 0, 1.0, ""), "GOOSE_MODELS"),
     (("/explore", PROMPTS[0], "tiny-gemma3", "goose", "many", 24, 0.0, 0, 1.0, ""), "'auto' or a whole number"),
-    (("/explore", PROMPTS[0], "tiny-gemma3", "goose", "8", 5000, 0.0, 0, 1.0, ""), "maximum value 400"),
+    (("/explore", PROMPTS[0], "tiny-gemma3", "goose", "8", 5000, 0.0, 0, 1.0, ""),
+     "max_new_tokens must be a whole number between 1 and 400 on this server, got 5000"),
     (("/explore", "y" * (MAX_PROMPT + 50), "tiny-gemma3", "goose", "8", 8, 0.0, 0, 1.0, ""), "prompt tokens"),
-    (("/race", PROMPTS[1], "tiny-gemma3", ["nope"], "8", 16), "not in the list of choices"),
+    (("/race", PROMPTS[1], "tiny-gemma3", ["nope"], "8", 16), "unknown extra method 'nope'; choose one of"),
     (("/race", PROMPTS[1], "/etc", [], "8", 16), "GOOSE_MODELS"),
     (("/explore", PROMPTS[2], "tiny-gemma3", "goose", "8", 24, 0.5, 0, 1.0, "seven"), "seed must be a whole number"),
 ]
@@ -245,4 +246,65 @@ def test_stopped_and_cancelled_jobs_free_the_queue_for_the_next(server: Server, 
         assert run.tokens == _expected(models, PROMPTS[i], "goose", "8", 24).tokens
     again = _explore(stopper, prompt, max_new=24).result(timeout=120)  # a session that pressed Stop runs again
     assert "done (" in again[1]
+    assert server.process.poll() is None
+
+
+CANCEL_RSS_LIMIT_MB = 100  # issue 28: the server's memory after the cancels returns to within this of before
+
+
+def _cancel_when_running(server: Server, name: str) -> str:
+    """Submit a long run on the slow model, wait until it runs (its first step streamed, or the server said it
+    started), cancel it: how it ended."""
+    from gradio_client.utils import Status
+
+    client = server.client()
+    job = (_explore(client, PROMPTS[3], model="slow", max_new=400) if name == "explore" else
+           client.submit(PROMPTS[3], "slow", [], "8", 400, api_name="/race"))
+    deadline = time.monotonic() + 240
+    running = (Status.PROCESSING, Status.PROGRESS)  # a race reports its progress bar
+    while not (job.outputs() if name == "explore" else job.status().code in running):
+        assert time.monotonic() < deadline and not job.done(), f"the {name} never started"
+        time.sleep(0.05)
+    time.sleep(0.3)  # a few steps in
+    job.cancel()
+    with contextlib.suppress(Exception):
+        job.result(timeout=60)
+    return job.status().code.name
+
+
+def test_cancelled_running_jobs_among_many_visitors_free_what_they_held(server: Server, models) -> None:
+    """8 visitors at once: 3 cancel their run while it runs (two Explores, a Race), 5 run Explore to the end and
+    get the library's output; the server's memory then is within CANCEL_RSS_LIMIT_MB of before."""
+    client = server.client()
+    for model in ("tiny-gemma3", "slow"):  # warm: what the server pays once per model is not a run's
+        client.predict(PROMPTS[0], model, "goose", "8", 8, 0.0, 0, 1.0, "", api_name="/explore")
+    client.predict(PROMPTS[0], "slow", [], "8", 8, api_name="/race")
+    gc_settle_s = 2.0
+    time.sleep(gc_settle_s)
+    before = rss_mb(server.process.pid)
+
+    def visitor(index: int):
+        if index in (0, 3):
+            return "cancelled", _cancel_when_running(server, "explore")
+        if index == 6:
+            return "cancelled", _cancel_when_running(server, "race")
+        prompt = PROMPTS[index % len(PROMPTS)]
+        output = _explore(server.client(), prompt, max_new=MAX_NEW).result(timeout=300)
+        return "finished", (prompt, goose.RunRecord.load(_path(output[-1])).tokens)
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        outcomes = list(pool.map(visitor, range(CLIENTS)))
+    for kind, outcome in outcomes:
+        if kind == "cancelled":
+            assert outcome == "CANCELLED", outcome
+        else:
+            prompt, tokens = outcome
+            assert tokens == _expected(models, prompt, "goose", "8", MAX_NEW).tokens
+    started = time.monotonic()
+    after_call = _explore(server.client(), PROMPTS[0], max_new=8).result(timeout=60)
+    assert "done (" in after_call[1] and time.monotonic() - started < 2.0, "the next call answers within 2 s"
+    time.sleep(gc_settle_s)
+    after = rss_mb(server.process.pid)
+    print(f"\n{CLIENTS} visitors, 3 cancelled while running: server RSS {before:.0f} MB -> {after:.0f} MB")
+    assert after - before < CANCEL_RSS_LIMIT_MB, f"server memory grew {after - before:.0f} MB"
     assert server.process.poll() is None

@@ -6,15 +6,21 @@ import functools
 import gc
 import json
 import re
+import socket
 import sys
+import time
 import types
+import urllib.request
 import weakref
+from collections.abc import Iterator
+from pathlib import Path
 
 import gradio as gr
 import pytest
 from tiny import slow_tiny_gemma3, tiny_llama
 
 import goose
+import goose.decode
 from app import callbacks
 from app.gpu import ZERO_GPU_ENV, on_gpu, on_zero_gpu
 from app.limits import STOPPED, TIME_LIMIT, Limits
@@ -295,3 +301,189 @@ def test_on_zero_gpu_the_runs_are_wrapped_with_spaces_gpu_for_their_time_limit(m
     demo = build_app(registry, "tiny-llama", Limits(max_run_s=12.5))
     assert durations == [12 + GPU_MARGIN_S] * 3, "Explore, Race and the Lab's real run, each for its time limit"
     assert {"explore", "race"} <= {fn.api_name for fn in demo.fns.values()}
+
+
+# ---------------------------------------------------------------- the named API: bad input, traces and cancels
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Passes:
+    """Counts a model's forward passes (a step is one)."""
+
+    def __init__(self, goose_model: goose.GooseModel) -> None:
+        self.count = 0
+        goose_model.model.get_decoder().register_forward_pre_hook(self._seen)
+
+    def _seen(self, *_) -> None:
+        self.count += 1
+
+
+@pytest.fixture(scope="module")
+def api(registry: ModelRegistry) -> Iterator[tuple[str, Passes]]:
+    """The app on a free 127.0.0.1 port in this process, its models warm; the slow model's passes counted."""
+    from app.ui import build_app
+
+    flat = pytest.MonkeyPatch()  # see conftest.flat_costs: a tiny model's measured costs follow the machine's load
+    flat.setattr(goose.decode, "cost_table", lambda model, head="screened": {1: 1.0, 4: 1.01, 16: 1.05})
+    for name in ("tiny-llama", "slow"):
+        registry.get_warm(name)
+    demo = build_app(registry, "tiny-llama")
+    port = _free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/", Passes(registry.get("slow"))
+    finally:
+        demo.close()
+        flat.undo()
+
+
+def call_raw(url: str, name: str, body: str) -> tuple[float, str, str]:
+    """POST raw JSON text (NaN, Infinity and lone surrogates as JSON writes them) to the named API and read the
+    answer's event stream: (seconds, the last event, its data)."""
+    started = time.monotonic()
+    request = urllib.request.Request(f"{url}gradio_api/call/{name}", data=body.encode("ascii"),
+                                     headers={"Content-Type": "application/json"})
+    event_id = json.load(urllib.request.urlopen(request, timeout=30))["event_id"]
+    stream = urllib.request.urlopen(f"{url}gradio_api/call/{name}/{event_id}", timeout=60).read().decode()
+    events = re.findall(r"^event: (\S+)\ndata: (.*)$", stream, re.MULTILINE)
+    return time.monotonic() - started, *events[-1]
+
+
+EXPLORE = {"prompt": json.dumps(LIST_PROMPT), "model": '"tiny-llama"', "method": '"goose"', "budget": '"8"',
+           "max_new": "8", "temperature": "0.0", "top_k": "0", "top_p": "1.0", "seed": '""', "full_head": "false"}
+RACE = {"prompt": json.dumps(LIST_PROMPT), "model": '"tiny-llama"', "extras": "[]", "budget": '"8"', "max_new": "8",
+        "full_head": "false"}
+SURROGATE = '"def add(a, b):\\u0000\\ud800 x"'  # JSON's escape of a lone surrogate, as a client may send it
+HOSTILE_CALLS = [  # (endpoint, fields as raw JSON text, the one line the client must read)
+    ("explore", {"prompt": SURROGATE},
+     "prompt must be valid Unicode text: character 15 (counting from 0) is the lone surrogate '\\ud800'"),
+    ("race", {"prompt": SURROGATE},
+     "prompt must be valid Unicode text: character 15 (counting from 0) is the lone surrogate '\\ud800'"),
+    ("explore", {"max_new": '"lots"'}, "max_new_tokens must be a whole number between 1 and 1024 on this server, "
+                                       "got 'lots'"),
+    ("race", {"max_new": '"lots"'}, "max_new_tokens must be a whole number between 1 and 1024 on this server, "
+                                    "got 'lots'"),
+    ("explore", {"max_new": "NaN"}, "max_new_tokens must be a whole number between 1 and 1024 on this server, "
+                                    "got nan"),
+    ("race", {"max_new": "Infinity"}, "max_new_tokens must be a whole number between 1 and 1024 on this server, "
+                                      "got inf"),
+    ("explore", {"temperature": "NaN"}, "temperature must be a number between 0 and 2 on this server, got nan"),
+    ("explore", {"temperature": "Infinity"}, "temperature must be a number between 0 and 2 on this server, got inf"),
+    ("explore", {"top_p": "NaN"}, "top_p must be a number above 0 and at most 1, got nan"),
+    ("explore", {"seed": '"x"'}, "seed must be a whole number between 0 and 18446744073709551615 (None or blank: "
+                                 "a random one), got 'x'"),
+    ("explore", {"budget": '"1000000000"'}, "budget 1000000000 is too large: at most 512 nodes per tree on this "
+                                            "server"),
+    ("race", {"budget": "1000000000"}, "budget 1000000000 is too large: at most 512 nodes per tree on this server"),
+    ("explore", {"full_head": '"yes"'}, "full_head must be true or false, got 'yes'"),
+    ("race", {"extras": '"pld"'}, "extra_methods must be a list of methods, got 'pld'"),
+    ("explore", {"method": '["goose"]'}, "unknown method ['goose']; choose one of "),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "fields", "message"), HOSTILE_CALLS,
+                         ids=[f"{name}-{next(iter(fields))}-{i}" for i, (name, fields, _) in enumerate(HOSTILE_CALLS)])
+def test_a_bad_value_sent_as_raw_json_gets_our_one_line_and_the_next_call_answers(api, name, fields, message):
+    url, _ = api
+    values = {**(EXPLORE if name == "explore" else RACE), **fields}
+    took, event, data = call_raw(url, name, f'{{"data": [{", ".join(values.values())}]}}')
+    assert event == "error" and took < 1.0, (event, data, took)
+    shown = json.loads(data)["error"]
+    assert shown.startswith(message) and "\n" not in shown, shown
+    took, event, data = call_raw(url, "explore", f'{{"data": [{", ".join(EXPLORE.values())}]}}')
+    assert event == "complete" and took < 2.0, (event, took)
+
+
+def _a_run_dict(registry: ModelRegistry) -> dict:
+    return goose.generate(registry.get("tiny-llama"), LIST_PROMPT, "goose", 16, 8).to_dict()
+
+
+@pytest.mark.slow
+def test_replay_refuses_a_broken_trace_with_its_line_through_the_api(api, registry, tmp_path) -> None:
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    url, _ = api
+    client = Client(url, verbose=False, download_files=False)
+    broken = _a_run_dict(registry)
+    step = next(i for i, step in enumerate(broken["steps"]) if len(step["nodes"]) > 2)
+    last = len(broken["steps"][step]["nodes"]) - 1
+    broken["steps"][step]["nodes"][last]["parent"] = 40  # past the node list
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    (tmp_path / "binary.json").write_bytes(b'{"format": "goose-trace/4", \xff\xfe}')
+    for file, message in (("broken.json", f"This file is not a Goose trace: steps[{step}].nodes[{last}].parent must "
+                                          f"be a node before it (0..{last - 1}), got 40"),
+                          ("binary.json", "This file is not a Goose trace: it is not UTF-8 text (byte 28 is 0xff")):
+        started = time.monotonic()
+        with pytest.raises(AppError) as refused:
+            client.predict(handle_file(str(tmp_path / file)), api_name="/replay")
+        assert time.monotonic() - started < 1.5 and str(refused.value).startswith(message), str(refused.value)
+    took, event, _ = call_raw(url, "explore", f'{{"data": [{", ".join(EXPLORE.values())}]}}')
+    assert event == "complete" and took < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["explore", "race"])
+def test_a_cancelled_running_job_stops_within_a_step_and_the_next_call_answers(api, name, monkeypatch) -> None:
+    from gradio_client import Client
+
+    url, passes = api
+    pressed_at: list[int] = []  # the slow model's passes when the cancel reached the run (its Stop switch)
+    press = callbacks.STOPS.press
+    monkeypatch.setattr(callbacks.STOPS, "press", lambda session: (pressed_at.append(passes.count), press(session)))
+    client = Client(url, verbose=False, download_files=False)
+    args = ((LIST_PROMPT, "slow", "goose", "8", 400, 0.0, 0, 1.0, "", False) if name == "explore" else
+            (LIST_PROMPT, "slow", [], "8", 400, False))
+    passes.count = 0
+    job = client.submit(*args, api_name=f"/{name}")
+    deadline = time.monotonic() + 60
+    while passes.count < 10:  # running: it holds the model
+        assert time.monotonic() < deadline and not job.done()
+        time.sleep(0.01)
+    started = time.monotonic()
+    job.cancel()
+    at_return = passes.count
+    assert time.monotonic() - started < 1.0, "the cancel returns once the run has stopped"
+    time.sleep(0.5)
+    assert len(pressed_at) == 1 and at_return - pressed_at[0] <= 1, "the run ends after the step in flight"
+    assert passes.count == at_return, "nothing of it runs on"
+    took, event, _ = call_raw(url, "explore", f'{{"data": [{", ".join(EXPLORE.values())}]}}')
+    assert event == "complete" and took < 2.0
+
+
+def _a_big_trace(registry: ModelRegistry, path: Path, prompt_chars: int, steps: int) -> int:
+    """A valid run trace of about `prompt_chars` + 120 bytes per step: the real run's first step, then `steps`
+    more of one committed token each (the root's own). Returns its size."""
+    data = _a_run_dict(registry)
+    data["prompt"] = "p" * prompt_chars
+    token, text = data["tokens"][-1], data["steps"][-1]["bonus_text"]
+    data["steps"] += [{"index": len(data["steps"]) + i, "nodes": [{"token": token, "text": text, "source": "root",
+                                                                  "parent": -1, "depth": 0, "score": 1.0}],
+                       "accepted": [], "bonus_token": token, "bonus_text": text, "committed": [token],
+                       "draft_s": 0.0, "verify_s": 0.001, "budget": 1} for i in range(steps)]
+    data["tokens"] += [token] * steps
+    path.write_text(json.dumps(data))
+    return path.stat().st_size
+
+
+def _sent(shown: callbacks.ReplayView) -> int:
+    """Characters of what Replay sends the page (the run itself stays on the server, in the visitor's state)."""
+    return sum(len(value) for value in (shown.text, shown.stats, shown.tree, shown.lanes))
+
+
+def test_replay_sends_what_it_draws_not_the_whole_file(registry: ModelRegistry, tmp_path) -> None:
+    path = tmp_path / "big.json"
+    size = _a_big_trace(registry, path, 30_000_000, 120_000)
+    assert size > 45_000_000
+    shown = callbacks.replay(str(path))
+    usual = _sent(callbacks.replay(callbacks.save_trace(goose.RunRecord.from_dict(_a_run_dict(registry)))))
+    # every reply holds the tree page's own drawing code (about 750 kB); a 50 MB trace adds at most its drawn part
+    assert _sent(shown) < usual + 600_000, f"{_sent(shown)} characters sent for a {size} byte trace ({usual} usually)"
+    assert "the prompt is 30,000,000 characters long: its last 16,000 are shown" in shown.text
+    assert "117,968 more tokens not shown" in shown.text  # 120,016 tokens, 2,048 shown
+    assert len(shown.run.tokens) == 120_016, "the state keeps the whole run (the Lab opens it)"

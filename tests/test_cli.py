@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from tiny import tiny_llama
@@ -57,3 +58,24 @@ def test_generate_refuses_bad_input_before_loading_the_model(runs, monkeypatch, 
     monkeypatch.setattr(goose, "load_model", lambda *args, **kwargs: pytest.fail("loaded for a refused request"))
     assert cli.main(["generate", "--prompt", "", "--max-new-tokens", "12"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--prompt", "x\udcff"], "prompt must be valid Unicode text: character 1 (counting from 0) is the lone surrogate "
+                              "'\\udcff'"),  # an argument that is not UTF-8, as Python hands it over
+    (["--max-new-tokens", "lots"], "max_new_tokens must be a whole number >= 1, got 'lots'"),
+    (["--seed", "x"], "seed must be a whole number between 0 and 18446744073709551615 (None or blank: a random one), "
+                      "got 'x'"),
+    (["--budget", "1000000000"], "budget 1000000000 is too large: at most 1024 nodes per tree"),
+    (["--temperature", "inf"], "temperature must be a number between 0 and 5 (0 = greedy), got inf"),
+    (["--temperature", "nan"], "temperature must be a number between 0 and 5 (0 = greedy), got nan"),
+    (["--top-p", "nan"], "top_p must be a number above 0 and at most 1, got nan"),
+    (["--method", "beam"], "unknown method 'beam'; choose one of "),
+], ids=["surrogate", "max-new-tokens", "seed", "budget", "inf", "nan", "top-p", "method"])
+def test_a_bad_value_gets_one_line_naming_the_field_and_its_rule(runs, monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(goose, "load_model", lambda *args, **kwargs: pytest.fail("loaded for a refused request"))
+    started = time.perf_counter()
+    assert cli.main(["generate", "--prompt", "The cat", *argv]) == 2
+    assert time.perf_counter() - started < 1.0
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err

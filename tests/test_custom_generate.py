@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,31 @@ def test_path_form_without_goose_says_what_to_install(tmp_path):
                           timeout=300)
     assert done.returncode != 0
     assert "needs the `goose` package" in done.stderr and "pip install" in done.stderr
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ({"seed": "x"}, "seed must be a whole number between 0 and 18446744073709551615"),  # refused though greedy
+    ({"seed": "x", "do_sample": True}, "seed must be a whole number between 0 and 18446744073709551615"),
+    ({"budget": 10**9}, "budget 1000000000 is too large: at most 1024 nodes per tree"),
+    ({"temperature": float("inf"), "do_sample": True},
+     "temperature must be a number between 0 and 5 (0 = greedy), got inf"),
+    ({"temperature": 9.0, "do_sample": True}, "temperature must be a number between 0 and 5 (0 = greedy), got 9.0"),
+    ({"top_p": float("nan"), "do_sample": True}, "top_p must be a number above 0 and at most 1, got nan"),
+    ({"max_branch_depth": float("nan")}, "max_branch_depth"),
+], ids=["seed-greedy", "seed", "budget", "inf", "hot", "top-p-nan", "knob-nan"])
+def test_a_bad_goose_option_gets_the_librarys_one_line_and_the_next_call_answers(bad, message):
+    """Goose's own options get goose.validate's line; generate's (NaN temperature, top_k < 0, a max_new_tokens
+    that is not a number) are transformers' to check, with its own ValueError, before Goose is called."""
+    gm = model("llama")
+    ids = prompt_ids(gm)
+    expected = reference("llama", "repetitive")
+    good = {"custom_generate": goose_generate, "max_new_tokens": NEW_TOKENS, "budget": 16, "head": "full"}
+    gm.model.generate(ids, **good)  # what the process pays once (the head built)
+    started = time.perf_counter()
+    with pytest.raises(ValueError) as refused:
+        gm.model.generate(ids, custom_generate=goose_generate, max_new_tokens=4, **bad)
+    assert time.perf_counter() - started < 1.0
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+    started = time.perf_counter()
+    out = gm.model.generate(ids, **good)
+    assert time.perf_counter() - started < 2.0 and torch.equal(out, expected)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from tiny import tiny_llama
 
 import goose
-from goose.config import parse_budget
+from goose import validate
+from goose.validate import InputError, parse_budget
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return tiny_llama(0)
+    model = tiny_llama(0)
+    goose.generate(model, "hello", max_new_tokens=8)  # what a process pays once per model (head timing, costs)
+    return model
 
 
 @pytest.mark.parametrize("prompt", ["", "   \n"])
@@ -90,3 +95,54 @@ def test_a_cancelled_stream_leaves_the_model_usable(tiny):
     iterator.close()  # the user pressed stop
     assert 0 < len(generation.run.tokens) < 30
     assert goose.generate(tiny, "hello world", method="goose", max_new_tokens=30, budget=8).tokens == expected
+
+
+def next_call_s(model) -> float:
+    """Seconds a short good call takes, at best of two (this machine's other loads come and go)."""
+    times = []
+    for _ in range(2):
+        started = time.perf_counter()
+        assert goose.generate(model, "hello", "autoregressive", max_new_tokens=4).totals.new_tokens == 4
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+# Each hostile input of issue 28 that reaches the library, with the start of the one line it must get.
+HOSTILE = [
+    ({"prompt": "def add(a, b):\x00\ud800 x"},
+     "prompt must be valid Unicode text: character 15 (counting from 0) is the lone surrogate '\\ud800'"),
+    ({"max_new_tokens": "lots"}, "max_new_tokens must be a whole number >= 1, got 'lots'"),
+    ({"seed": "x"}, "seed must be a whole number between 0 and 18446744073709551615"),
+    ({"seed": 2.5}, "seed must be a whole number"),
+    ({"budget": 10**9}, "budget 1000000000 is too large: at most 1024 nodes per tree"),
+    ({"temperature": float("inf")}, "temperature must be a number between 0 and 5 (0 = greedy), got inf"),
+    ({"temperature": float("nan")}, "temperature must be a number between 0 and 5 (0 = greedy), got nan"),
+    ({"temperature": "0.5"}, "temperature must be a number between 0 and 5 (0 = greedy), got '0.5'"),
+    ({"top_p": float("nan")}, "top_p must be a number above 0 and at most 1, got nan"),
+    ({"top_k": float("nan")}, "top_k must be a whole number >= 0 (0 = off), got nan"),
+    ({"max_budget": 10**6}, "max_budget must be a whole number between 1 and 1024"),
+    ({"stop": 5}, "stop must be a text or a list of texts, got 5"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), HOSTILE, ids=[next(iter(bad)) for bad, _ in HOSTILE])
+def test_a_bad_field_gets_one_line_naming_it_and_its_rule_at_once(tiny, bad, message):
+    request = {"prompt": "hello", "max_new_tokens": 8, **bad}
+    started = time.perf_counter()
+    with pytest.raises(InputError) as refused:
+        goose.generate(tiny, **request)
+    assert time.perf_counter() - started < 1.0
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+    assert next_call_s(tiny) < 2.0, "the next good call answers within 2 s"
+
+
+def test_a_refused_value_is_quoted_short():
+    with pytest.raises(InputError) as refused:
+        validate.whole_number("max_new_tokens", "x" * 10**6, 1)
+    assert len(str(refused.value)) < 150 and "1000002 characters" in str(refused.value)
+
+
+@pytest.mark.parametrize(("typed", "expected"), [("12", 12), (" 7 ", 7), (12.0, 12), ("0.5", 0.5), ("lots", "lots"),
+                                                 (None, None)])
+def test_numbers_as_typed_become_numbers_and_the_rest_is_left_for_the_rule(typed, expected):
+    assert validate.typed_number(typed) == expected

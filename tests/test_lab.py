@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from types import SimpleNamespace
 
 import gradio as gr
 import pytest
-from tiny import tiny_gemma3
+from tiny import slow_tiny_gemma3, tiny_gemma3
 
 import goose
 from app import lab
@@ -261,3 +262,43 @@ def test_check_runs_the_model_for_real(registry, model):
     assert real_tau == pytest.approx(short.totals.tau), "the same setting on the same prompt: the same passes"
     assert f"measured {real_tau:.2f}" in re.sub("<[^>]+>", "", result.checks)
     assert any(t.name == "goose measured" for t in result.sweep.data)
+
+
+def test_a_cancelled_check_stops_within_a_step_of_its_real_run():
+    """The Lab's "check with a real run", wired as app/ui.py wires it: cancelling its event (what Gradio does
+    on gradio_client's job.cancel()) stops the real run in flight after its step, and ends the event."""
+    import asyncio
+
+    from app.cancel import stop_on_cancel
+    from app.ui import session_of
+
+    slow = slow_tiny_gemma3(0.02)
+    passes = [0]
+    slow.model.get_decoder().register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
+    registry = ModelRegistry(allowed=[slow.name])
+    registry.register(slow.name, slow)
+    registry.get_warm(slow.name)  # once per model and process, before any visitor's run (not a step of one)
+    recorded = goose.generate(slow, PROMPT, "goose", 24, budget=8, record_sources=True)
+    shape = {**shape_of(recorded), "budget": 8}
+
+    def check(request):
+        return lab.check(registry, recorded, lab.estimates(recorded), {}, *shape.values(), True, session_of(request))
+
+    cancellable = stop_on_cancel(check, STOPS, session_of)
+
+    async def cancel_while_running() -> tuple[int, int]:
+        passes[0] = 0
+        task = asyncio.create_task(cancellable(SimpleNamespace(session_hash="lab-cancel")))
+        while passes[0] < 10:
+            await asyncio.sleep(0.01)
+        at_cancel = passes[0]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return at_cancel, passes[0]
+
+    at_cancel, at_end = asyncio.run(cancel_while_running())
+    time.sleep(0.3)
+    assert at_end - at_cancel <= 2, "the run in flight ends after its step (one verification pass)"
+    assert passes[0] == at_end, "nothing runs on after the event ended"
+    assert not STOPS.pressed("lab-cancel"), "the switch is cleared for the session's next run"

@@ -97,3 +97,82 @@ def test_step_times_split_the_verification_from_the_bookkeeping_after_it(tiny):
     old = RunRecord.from_dict(data)
     assert [step.observe_s for step in old.steps] == [0.0] * len(run.steps)
     assert [step.seconds for step in old.steps] == pytest.approx([step.seconds for step in run.steps])
+
+
+def _broken(run: RunRecord, change) -> str:
+    data = run.to_dict()
+    change(data)
+    return json.dumps(data)
+
+
+def _set(path: str, value):
+    """A change that sets data[...][...] = value, the keys as a dotted path (numbers index lists)."""
+    def change(data):
+        *keys, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+        for key in keys:
+            data = data[key]
+        data[last] = value
+    return change
+
+
+@pytest.fixture(scope="module")
+def recorded(tiny) -> RunRecord:
+    run = goose.generate(tiny, "the cat sat on the mat. the cat sat on the mat. the", "goose", 24, 8,
+                         record_sources=True)
+    assert any(len(step.nodes) > 2 and step.accepted for step in run.steps)
+    return run
+
+
+def _deep_step(run: RunRecord) -> int:
+    return next(i for i, step in enumerate(run.steps) if len(step.nodes) > 2 and step.accepted)
+
+
+@pytest.mark.parametrize("case", ["parent past the nodes", "parent after its child", "root with a parent",
+                                  "accepted outside the tree", "accepted not a path", "tokens not the steps'",
+                                  "committed not the path's", "token as text", "NaN score", "row index out of range",
+                                  "totals not an object", "steps not a list"])
+def test_a_malformed_trace_is_refused_with_one_line_saying_what_and_where(recorded, case):
+    s = _deep_step(recorded)
+    step = recorded.steps[s]
+    last = len(step.nodes) - 1
+    changes = {
+        "parent past the nodes": (_set(f"steps.{s}.nodes.{last}.parent", 999), f"steps[{s}].nodes[{last}].parent "
+                                  f"must be a node before it (0..{last - 1}), got 999"),
+        "parent after its child": (_set(f"steps.{s}.nodes.1.parent", 1), f"steps[{s}].nodes[1].parent must be a node "
+                                   "before it (0..0), got 1"),
+        "root with a parent": (_set(f"steps.{s}.nodes.0.parent", 0), f"steps[{s}].nodes[0] is the root"),
+        "accepted outside the tree": (_set(f"steps.{s}.accepted", [last + 5]), f"steps[{s}].accepted must hold node "
+                                      f"indices inside the tree (1..{last}), got {last + 5}"),
+        "accepted not a path": (_set(f"steps.{s}.accepted", [step.accepted[0]] * 2), f"steps[{s}].accepted must be "
+                                "a path down from the root"),
+        "tokens not the steps'": (_set("tokens", recorded.tokens[:-1] + [recorded.tokens[-1] + 1]),
+                                  "tokens must be the prefill's token and then each step's committed tokens"),
+        "committed not the path's": (_set(f"steps.{s}.committed", [step.committed[0] + 1]),
+                                     f"steps[{s}].committed must be the accepted tokens then the bonus"),
+        "token as text": (_set(f"steps.{s}.nodes.1.token", "7"), f"steps[{s}].nodes[1].token must be a token id"),
+        "NaN score": (_set(f"steps.{s}.nodes.1.score", float("nan")), f"steps[{s}].nodes[1].score must be a finite "
+                      "number, got nan"),
+        "row index out of range": (_set(f"steps.{s}.rows.0", 10**6), f"steps[{s}].rows[0] must index the trace's"),
+        "totals not an object": (_set("totals", [1]), "totals must be a JSON object, got [1]"),
+        "steps not a list": (_set("steps", {}), "steps must be a list, got {}"),
+    }
+    change, message = changes[case]
+    with pytest.raises(ValueError) as refused:
+        RunRecord.from_json(_broken(recorded, change))
+    assert str(refused.value).startswith(f"not a Goose trace: {message}"), str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_file_that_is_not_utf8_is_not_a_trace(tmp_path):
+    path = tmp_path / "picture.json"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(ValueError, match=r"^not a Goose trace: it is not UTF-8 text \(byte 0 is 0x89"):
+        RunRecord.load(path)
+
+
+def test_every_shipped_and_recorded_trace_passes_the_check(recorded):
+    for path in sorted((ROOT / "assets" / "traces").glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for run in data["runs"].values() if "runs" in data else [data]:
+            RunRecord.from_dict(run)
+    assert RunRecord.from_json(recorded.to_json()) == recorded
