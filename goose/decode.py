@@ -328,6 +328,8 @@ def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "
     """
     started = time.perf_counter()
     request = check_request(prompt, method, max_new_tokens, budget, **kwargs)
+    if not isinstance(request.prompt, str):
+        goose_model.check_token_ids(request.prompt)
     return Generation(model_target(goose_model, request), request, started, recorders(request))
 
 

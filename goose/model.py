@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from goose.assets import cache_dir
+from goose.validate import InputError
 from goose.parallel import (
     Parallel,
     ParallelError,
@@ -89,6 +91,14 @@ class GooseModel:
     def token_texts(self, tokens: list[int]) -> list[str]:
         """Each token's own text (special tokens shown by name)."""
         return self.tokenizer.batch_decode([[t] for t in tokens])
+
+    def check_token_ids(self, tokens: Sequence[int]) -> None:
+        """InputError (one line) for a prompt of token ids that this model's vocabulary does not hold."""
+        vocabulary = self.model.config.get_text_config(decoder=True).vocab_size
+        outside = next((i for i, token in enumerate(tokens) if token >= vocabulary), None)
+        if outside is not None:
+            raise InputError(f"prompt token ids must be below the model's vocabulary size {vocabulary}: id "
+                             f"{tokens[outside]} at position {outside} is not")
 
     def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
         limit = self.context_length

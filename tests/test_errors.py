@@ -30,6 +30,15 @@ def test_prompt_plus_new_tokens_beyond_context(tiny):
         goose.stream(tiny, "x" * 1000, max_new_tokens=100)
 
 
+def test_token_ids_outside_the_vocabulary(tiny):
+    """Token ids are checked against the model's vocabulary before any work (not an IndexError in the embedding)."""
+    vocabulary = tiny.model.config.vocab_size
+    with pytest.raises(InputError, match=rf"below the model's vocabulary size {vocabulary}: "
+                                                        rf"id {vocabulary} at position 1 is not"):
+        goose.generate(tiny, [1, vocabulary, 2], max_new_tokens=4)
+    assert len(goose.generate(tiny, [1, vocabulary - 1, 2], max_new_tokens=4).tokens) == 4
+
+
 @pytest.mark.parametrize(("typed", "expected"), [("auto", None), (" Auto ", None), ("", None), (None, None),
                                                  ("16", 16), (32.0, 32), ("64", 64)])
 def test_a_typed_budget_is_auto_or_a_node_count(typed, expected):
