@@ -19,7 +19,6 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from goose.assets import cache_dir
-from goose.validate import InputError
 from goose.parallel import (
     Parallel,
     ParallelError,
@@ -28,6 +27,7 @@ from goose.parallel import (
     pair_replicated_heads,
     shard_plan,
 )
+from goose.validate import InputError
 from goose.verify import MASK_KERNELS, UnsupportedModelError, check_attention_kernel
 
 log = logging.getLogger(__name__)
