@@ -232,7 +232,7 @@ def test_errors_show_in_the_page_and_the_server_carries_on(page) -> None:
     _choose(page, "explore-model", MODEL)
     page.locator("#explore-prompt textarea").fill("   ")
     page.locator("#explore-run").click()
-    page.get_by_text("The prompt is empty").first.wait_for()
+    page.get_by_text("prompt is empty: give some text to continue").first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "error.png"))
     page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
     page.locator("#explore-run").click()
