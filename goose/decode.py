@@ -293,12 +293,8 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
         validate.prompt(prompt)
     elif not isinstance(prompt, Sequence):
         raise validate.InputError(f"prompt must be text or a list of token ids, got {validate.shown(prompt)}")
-    else:  # token ids
-        prompt = tuple(prompt)
-        if not prompt:
-            raise validate.InputError("prompt is empty: give some text to continue")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-            raise validate.InputError("prompt token ids must be whole numbers >= 0")
+    else:
+        prompt = validate.token_ids(prompt)
     if not isinstance(head, str) or not known_head(head):
         raise validate.InputError(f"unknown head {validate.shown(head)}; choose one of {', '.join(HEAD_CHOICES)}")
     validate.whole_number("shadow_budget", shadow_budget, 0, validate.MAX_BUDGET)

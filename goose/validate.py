@@ -99,11 +99,24 @@ def text(field: str, value: Any) -> str:
     return value
 
 
+EMPTY_PROMPT = "prompt is empty: give some text to continue"
+
+
 def prompt(value: Any) -> str:
     """A text prompt: valid Unicode, not blank."""
     if not text("prompt", value).strip():
-        raise InputError("prompt is empty: give some text to continue")
+        raise InputError(EMPTY_PROMPT)
     return value
+
+
+def token_ids(value: Sequence[Any]) -> tuple[int, ...]:
+    """A prompt given as token ids: not empty, whole numbers >= 0 (the model checks its vocabulary)."""
+    ids = tuple(value)
+    if not ids:
+        raise InputError(EMPTY_PROMPT)
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise InputError("prompt token ids must be whole numbers >= 0")
+    return ids
 
 
 def flag(field: str, value: Any) -> bool:

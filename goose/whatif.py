@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from goose import metrics
+from goose import metrics, validate
 from goose.budget import interpolate_cost
 from goose.config import GooseConfig
 from goose.decode import Generation, Observer, Request
@@ -139,12 +139,11 @@ class LatestRows:
         for previous, token, row in run.prefill_rows or []:
             found.setdefault(token, []).append((last.get((previous, token), len(prompt) - 1) + 1 - len(prompt), row))
         for position, step in zip(anchor_positions(run), run.steps):
-            depths = [node.depth for node in step.nodes]
-            for node, row in zip(step.nodes, step.rows):
-                found.setdefault(node.token, []).append((position + node.depth, row))
-            for parent, token, row in step.shadow or []:
-                depths.append(depths[parent] + 1)
-                found.setdefault(token, []).append((position + depths[-1], row))
+            shadow = step.shadow or []
+            tokens = [*(node.token for node in step.nodes), *(token for _, token, _ in shadow)]
+            rows = [*step.rows, *(row for _, _, row in shadow)]
+            for token, path, row in zip(tokens, step_paths(step), rows):
+                found.setdefault(token, []).append((position + len(path), row))  # its place: anchor + depth
         self._places: dict[int, list[int]] = {}
         self._rows: dict[int, list[Row]] = {}
         for token, entries in found.items():
@@ -286,17 +285,13 @@ def resolve_settings(run: RunRecord, settings: Mapping[str, Any]) -> tuple[str, 
     (the one rule for "the run's own setting"); a fixed budget where it names one. ValueError/TypeError when
     bad."""
     settings = {ALIASES.get(name, name): value for name, value in settings.items()}
-    method = settings.pop("method", None) or run.method
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    method = validate.choice("method", settings.pop("method", None) or run.method, list(METHODS))
     sources = sorted(set(settings) & set(SOURCE_SETTINGS))
     if sources:
         raise ValueError(f"{', '.join(sources)} change(s) the draft sources, not the tree shape: a recording cannot "
                          "answer for them (run again instead)")
     budget = settings.pop("budget", None)
-    if budget is not None and budget != "auto":
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValueError(f"budget must be a whole number of tree nodes >= 1, got {budget!r}")
+    if budget is not None and budget != "auto":  # GooseConfig checks it, as it checks every knob
         settings.update(budget=budget, auto_budget=False)
     elif budget == "auto":
         settings["auto_budget"] = True
