@@ -54,6 +54,13 @@ class ChunkedRows:
         columns = best.gather(1, top.indices // chunk) * chunk + top.indices % chunk
         return torch.return_types.topk((top.values, columns))
 
+    def row_at_least(self, i: int, threshold: torch.Tensor) -> torch.Tensor:
+        """The columns of row i at or over `threshold`, in ascending order."""
+        chunks = (self.maxima[i] >= threshold).nonzero().squeeze(1)
+        chunk, offset = (self.chunks[i, chunks] >= threshold).nonzero(as_tuple=True)
+        columns = chunks[chunk] * self.chunk + offset
+        return columns[columns < self.width] if self.width % self.chunk else columns
+
     def at_least(self, threshold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(row, column) of every entry at or over its row's threshold [n], row-major as nonzero() gives them."""
         rows, chunks = (self.maxima >= threshold[:, None]).nonzero(as_tuple=True)

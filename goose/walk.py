@@ -4,7 +4,7 @@ One result type for both rules. Greedy: a child is accepted when it is the
 target's argmax at its parent; the argmax where the walk stops is the bonus.
 Sampling: goose.sampling's lossless rule for deterministic drafts. Each walker
 also applies the LM head to the verified rows, since what it needs of them
-differs (greedy: exact argmax only; sampling: exact distributions, and only at
+differs (greedy: the exact argmax; sampling: exact distributions; both only at
 the nodes the walk visits), and hands back the approximate top-k per row that
 refreshes the adjacency table (beside the verdict: `Walked`).
 """
@@ -55,7 +55,11 @@ def greedy_verdicts(tree: DraftTree, node: int, target: int | None) -> dict[int,
 
 
 class GreedyWalker:
-    """Greedy verification: exact argmax per row (the head may screen), follow the matching child."""
+    """Greedy verification: follow the child that is the target's exact argmax, computed (the head may screen)
+    only at the nodes the walk visits: the accepted path and the node it stops at. A rejected branch's row
+    feeds the adjacency table alone, whose top-k need not be exact, so it gets the screen and no float32 work
+    (measured, embedded model, 2-core AVX2 EPYC, int8 head: a 32-row call 91 ms with every row's argmax,
+    76 ms with the screen alone)."""
 
     greedy = True
 
@@ -67,13 +71,14 @@ class GreedyWalker:
         return int(self.head.greedy(last, 0)[0][0])
 
     def walk(self, tree: DraftTree, hidden: torch.Tensor, top_k: int) -> Walked:
-        argmax, top = self.head.greedy(hidden, top_k)
-        targets = argmax.tolist()
+        rows = self.head.target_rows(hidden)
+        top = rows.adjacency_top(top_k) if top_k else None
+        targets: list[int | None] = [None] * len(tree)  # None: a node the walk did not reach
         verdicts: dict[int, Verdict] = {}
         accepted: list[int] = []
         node = 0
         while True:
-            target = targets[node]
+            target = targets[node] = rows.argmax(node)
             verdicts.update(greedy_verdicts(tree, node, target))
             child = tree.children[node].get(target)
             if child is None:

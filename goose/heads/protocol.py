@@ -19,13 +19,17 @@ def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
 
 @runtime_checkable
 class SampledRows(Protocol):
-    """One verified pass's rows as a sampling walk reads them, exact in float32, each only when asked."""
+    """One verified pass's rows as a walk reads them, exact in float32, each only when asked."""
 
     @property
     def vocab_size(self) -> int: ...
 
     def logits(self, i: int) -> torch.Tensor:
         """Row i's float32 logits, soft-capped as the model's."""
+        ...
+
+    def argmax(self, i: int) -> int:
+        """Row i's float32 argmax (the first among ties)."""
         ...
 
     def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:

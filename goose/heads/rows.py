@@ -54,6 +54,10 @@ class TargetRows:
             self._logits = self.head.logits(self.hidden)
         return self._logits
 
+    def argmax(self, i: int) -> int:
+        """Row i's float32 argmax (the first among ties, as torch.argmax picks it)."""
+        return int(self.logits(i).argmax())
+
     def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, token ids) of row i's k largest logits and every token tied with the k-th."""
         logits = self.logits(i)
@@ -81,12 +85,29 @@ class ScreenedRows(TargetRows):
         super().__init__(head, hidden)
         approx, self.bound = head.screen(self.hidden)
         self.approx = softcap(approx, head.cap)
+        self._rows: ChunkedRows | None = None  # the screen read through its chunks, built on first use
 
     def logits(self, i: int) -> torch.Tensor:
         return self.head.logits(self.hidden[i:i + 1])[0]
 
     def _exact(self, i: int, vocab: torch.Tensor) -> torch.Tensor:
         return softcap(self.head.recompute(self.hidden[i], vocab), self.head.cap)
+
+    def argmax(self, i: int) -> int:
+        # The true maximum m >= (screened maximum) - bound, and a token reaching m has a screened logit
+        # >= m - bound: every candidate is within twice the bound of the screened maximum. They are read
+        # through the row's chunk maxima (goose.chunks), in vocabulary order, and float32 decides among them
+        # on the raw products, as the screens' greedy() does (soft-capping is monotonic).
+        rows = self._chunked()
+        candidates = rows.row_at_least(i, rows.maxima[i].max() - 2 * self.bound[i])
+        if len(candidates) > self.head.FLAT:
+            return super().argmax(i)
+        return int(candidates[self.head.recompute(self.hidden[i], candidates).argmax()])
+
+    def _chunked(self) -> ChunkedRows:
+        if self._rows is None:
+            self._rows = ChunkedRows(self.approx)
+        return self._rows
 
     def top(self, i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         # The true k-th largest logit t >= (k-th largest screened) - bound, and a token at or above t has a
@@ -113,4 +134,4 @@ class ScreenedRows(TargetRows):
 
     def adjacency_top(self, k: int) -> torch.return_types.topk:
         # read through the chunks' maxima, as greedy's top-k is (the rows are soft-capped already)
-        return ChunkedRows(self.approx).top(k)
+        return self._chunked().top(k)

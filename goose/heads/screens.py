@@ -34,7 +34,7 @@ from goose.packed import kernels_exist, packed_product, reorder_weight
 BF16_EPS = 2.0 ** -8   # relative rounding of a bf16 value
 FP32_EPS = 2.0 ** -24
 SCREEN_WIDTH = 16  # bf16 top-k searched for candidates before a full scan
-HEAD_REVISION = 2  # the screens' code: timings measured with another revision (head choice, costs) are stale
+HEAD_REVISION = 3  # the screens' code: timings measured with another revision (head choice, costs) are stale
 HEADS = ("int8", "screened", "full")  # exact through an int8 or a bf16 screen, or the textbook float32 head
 
 
@@ -261,10 +261,17 @@ class Int8ScreenedHead(Screen):
         levels = torch.round(rotated / step)
         rounded = levels * step
         inputs = torch.cat([levels, self.pin])
-        product = torch.cat([torch.ops.quantized.linear_dynamic(inputs, pack, True) for pack in self.packs], 1)
+        # each block's product scaled straight into its columns: one write of the [n, vocab] screen, not three
+        # (the blocks, their concatenation, the scaled copy)
+        screened = torch.empty(hidden.shape[0], self.weight.shape[0], device=hidden.device)
+        start = 0
+        for pack in self.packs:
+            block = torch.ops.quantized.linear_dynamic(inputs, pack, True)
+            torch.mul(block[:-1], step, out=screened[:, start:start + block.shape[1]])
+            start += block.shape[1]
         bound = ((rotated - rounded).norm(dim=1) * self.max_norm + rounded.norm(dim=1) * self.max_error_norm
                  + self.FLOAT_SLACK * hidden.norm(dim=1) * self.max_norm)
-        return product[:-1] * step, bound
+        return screened, bound
 
     @torch.inference_mode()
     def greedy(self, hidden: torch.Tensor, top_k: int = 0) -> tuple[torch.Tensor, torch.return_types.topk | None]:
