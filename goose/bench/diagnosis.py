@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from goose.bench.methods import method_budget
 from goose.bench.records import BenchRun
 from goose.bench.summary import text_table
 from goose.decode import METHODS, generate
@@ -27,7 +28,8 @@ POOLED_FILE = "diagnosis.json"  # the split pooled per method
 
 def diagnosed_methods(methods: Iterable[str]) -> list[str]:
     """The bench's methods that draft trees (every speculative Goose method): the ones a diagnosis splits."""
-    return [method for method in methods if method in METHODS and METHODS[method].speculative]
+    return [method for method in methods
+            if (name := method_budget(method, None)[0]) in METHODS and METHODS[name].speculative]
 
 
 @dataclass
@@ -55,7 +57,8 @@ def diagnose_prompt(goose_model: GooseModel, prompt_id: str, text: str, timed: S
     for run in timed:
         if run.method not in diagnosed_methods([run.method]):
             continue
-        recorded = generate(goose_model, text, run.method, max_new_tokens, budget, head=head, record_sources=True)
+        method, own_budget = method_budget(run.method, budget)
+        recorded = generate(goose_model, text, method, max_new_tokens, own_budget, head=head, record_sources=True)
         same = recorded.tokens == run.tokens and recorded.accepted_lengths == run.accepted_lengths
         diagnosed.append(DiagnosedRun(prompt_id, run.method, same, diagnose(recorded)))
     return diagnosed

@@ -30,13 +30,14 @@ from goose.bench.diagnosis import (
     write_pooled,
 )
 from goose.bench.machine import measure_memory_bandwidth, parameter_bytes
+from goose.bench.methods import HF_METHODS, bench_methods, method_budget, with_baseline
 from goose.bench.records import BenchRun, append_runs, load_runs
 from goose.bench.report import write_report
 from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
-from goose.decode import METHODS, generate
+from goose.decode import generate
 from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
@@ -45,17 +46,8 @@ from goose.parallel import is_main_process, rank
 from goose.target import eos_ids
 from goose.trace import RunRecord, RunTotals
 
-HF_GENERATE = metrics.OUTSIDE_BASELINE  # transformers' own greedy generate: what users would otherwise run
-HF_PLD = "hf-pld"  # transformers' own prompt lookup decoding, an outside reference
-HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, transformers' documented default
-HF_METHODS = {HF_GENERATE: {}, HF_PLD: {"prompt_lookup_num_tokens": HF_PLD_TOKENS}}  # extra generate() arguments
 WARMUP_TOKENS = 8
 WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one recorded trace of goose per prompt (--what-if)
-
-
-def bench_methods() -> tuple[str, ...]:
-    """Every method the bench can run: the library's registered methods, then transformers' own decoding."""
-    return (*METHODS, *HF_METHODS)
 
 
 @dataclass
@@ -78,23 +70,6 @@ class BenchSettings:
     def __post_init__(self) -> None:
         if not known_head(self.head):
             raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEAD_CHOICES)}")
-
-
-def parse_methods(text: str) -> tuple[str, ...]:
-    """A comma-separated method list, checked against the known methods (order kept, repeats dropped)."""
-    known = bench_methods()
-    methods = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
-    unknown = [name for name in methods if name not in known]
-    if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(known)}")
-    if not methods:
-        raise ValueError(f"no method given; choose from {', '.join(known)}")
-    return methods
-
-
-def with_baseline(methods: Sequence[str]) -> tuple[str, ...]:
-    """The methods with autoregressive decoding added first when missing: speed-up and losslessness need it."""
-    return tuple(methods) if BASELINE in methods else (BASELINE, *methods)
 
 
 # --- running one prompt x method --------------------------------------------------------------------------------
@@ -160,7 +135,9 @@ def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_t
     if method in HF_METHODS:
         run = run_transformers(goose_model, prompt, text, method, max_new_tokens, temperature)
     else:
-        run = run_goose_method(goose_model, prompt, text, method, max_new_tokens, budget, temperature, head)
+        name, budget = method_budget(method, budget)
+        run = run_goose_method(goose_model, prompt, text, name, max_new_tokens, budget, temperature, head)
+        run.method = method
     run.stopwatch_s = time.perf_counter() - start
     return run
 
