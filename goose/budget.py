@@ -189,6 +189,31 @@ class BudgetTuner:
                         if 0 <= k < len(values))
         return keys
 
+    def learnt(self) -> dict[str, Any]:
+        """What this tuner has learnt, JSON-ready: per situation, every key seen at least `min_count` times as
+        [shape, budget, accepted, cost, count] (goose.tuning keeps it, so that a run can start from it)."""
+        def seen(tuner: BudgetTuner) -> list[list]:
+            return [[list(shape), budget, e.accepted, e.cost, e.count]
+                    for (shape, budget), e in tuner.estimates.items() if e.count >= tuner.min_count]
+        return {"knobs": list(self.knobs),
+                "situations": {"": seen(self), **{name: seen(tuner) for name, tuner in self.situations.items()}}}
+
+    def start_from(self, learnt: Mapping[str, Any], weight: int = 8) -> None:
+        """Start from what a tuner learnt before (`learnt()`, of the same knobs) instead of the weak prior: its
+        keys, each counted as at most `weight` steps so that the run's own steps soon outweigh them, and in
+        each situation its best shape as the starting shape around which the neighbours are scored."""
+        if list(learnt["knobs"]) != list(self.knobs):
+            raise ValueError(f"a tuner of knobs {learnt['knobs']} cannot start one of knobs {list(self.knobs)}")
+        for name, keys in learnt["situations"].items():
+            tuner = self.situation(name)
+            for shape, budget, accepted, cost, count in keys:
+                estimate = tuner.estimates[tuple(shape), int(budget)] = _Estimate(accepted, cost)
+                estimate.count = min(count, weight)
+            if keys:
+                tuner.start = max(tuner.estimates.items(), key=lambda item: (item[1].count >= tuner.min_count,
+                                                                             item[1].rate))[0][0]
+            tuner._best.clear()
+
     def observe(self, trees: Mapping[Key, DraftTree], greedy: Sequence[int]) -> None:
         """Score the tree each key would have built against the continuation this step revealed.
 

@@ -35,6 +35,9 @@ class GooseConfig:
     warm_start:        start the adjacency table over the model's prior rows, where one was built
                        (goose.sources.prior; the embedded model's ships): a token the run has not seen
                        yet is drafted from what the model predicts after it on neutral text.
+    warm_tuner:        with auto_budget, start the budget tuner from what it learnt over calibration prompts
+                       on this model and machine (goose.tuning), kept on disk and recorded in the run,
+                       rather than from nothing.
     ema_alpha:         smoothing of the spine-acceptance EMA.
     ema_start:         its starting value.
     spine_tiers:       spine ratio for EMA < 0.2, < 0.4, else.
@@ -62,6 +65,7 @@ class GooseConfig:
     min_score: float = 0.01
     use_bigram: bool = True
     warm_start: bool = True
+    warm_tuner: bool = True
     ema_alpha: float = 0.3
     ema_start: float = 0.5
     spine_tiers: tuple[float, float, float] = (0.15, 0.30, 0.50)
@@ -94,7 +98,7 @@ class GooseConfig:
             number("spine_tiers", tier, 0.0, 1.0)
         if self.spine_share is not None:
             number("spine_share", self.spine_share, 0.0, 1.0, where=" (or None for the paper's tiers)")
-        for name in ("auto_budget", "use_bigram", "warm_start", "branches"):
+        for name in ("auto_budget", "use_bigram", "warm_start", "warm_tuner", "branches"):
             flag(name, getattr(self, name))
         choice("branch_order", self.branch_order, ("best", "breadth"))
 

@@ -64,7 +64,7 @@ def choose_head(goose_model: GooseModel, kind: str = "auto") -> str:
     if kind != "auto":
         return kind
     if goose_model.cache.head_choice is None:
-        goose_model.cache.head_choice = _cached(cache_dir() / "head-choice.json", _choice_key(goose_model),
+        goose_model.cache.head_choice = kept_on_disk(cache_dir() / "head-choice.json", _choice_key(goose_model),
                                                 lambda: _faster_head(goose_model))
     return goose_model.cache.head_choice
 
@@ -76,7 +76,7 @@ def _choice_key(goose_model: GooseModel) -> str:
             f"|heads={','.join(_contenders(goose_model))}|revision={HEAD_REVISION}")
 
 
-def _cached(path: os.PathLike, key: str, measure: Callable[[], object]):
+def kept_on_disk(path: os.PathLike, key: str, measure: Callable[[], object]):
     """`measure()` kept on disk under `key` in the JSON file `path`: measured once per machine, so that every
     process agrees (a choice timed anew in each process follows the noise of the moment), written atomically
     (several processes may measure at once)."""
@@ -190,7 +190,7 @@ def measurement_trees(goose_model: GooseModel, verifier: Verifier, text: Sequenc
     return trees
 
 
-def _cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
+def cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
     weight = goose_model.model.get_input_embeddings().weight
     ranks = f"|ranks={torch.distributed.get_world_size()}" if is_tensor_parallel(goose_model.model) else ""
     return (f"v{COST_FORMAT}|{goose_model.name}|{weight.device}|{weight.dtype}|threads={threads}|head={head}"
@@ -237,12 +237,12 @@ def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = N
                head: str = "screened") -> dict[int, float]:
     """This device's verification cost per node count with the given LM head, measured on first use and cached
     (on disk for every process, and with the model so that a run does not read the file again)."""
-    key = _cost_key(goose_model, torch.get_num_threads(), head)
+    key = cost_key(goose_model, torch.get_num_threads(), head)
     path = str(cache_file or cache_dir() / "verify-costs.json")
     kept = goose_model.cache.cost_tables
     if (path, key) not in kept:
         # split over ranks, every rank measures and all keep the slowest rank's times: their tuners then agree
-        table = _cached(path, key, lambda: {
+        table = kept_on_disk(path, key, lambda: {
             str(n): c for n, c in agreed_costs(goose_model.model, measure_costs(goose_model, head=head)).items()})
         kept[path, key] = no_dearer_than_bigger({int(n): c for n, c in table.items()})
     return dict(kept[path, key])

@@ -34,6 +34,7 @@ from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
 from goose.target import ModelTarget, Target
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import ROOT, DraftTree
+from goose.tuning import CALIBRATION_TOKENS, learnt_start
 from goose.walk import Verification
 
 
@@ -75,6 +76,10 @@ class Generation:
         drafter_class = METHODS[request.method]
         tuner = (BudgetTuner(self.run.costs) if self.config.auto_budget and drafter_class.speculative else None)
         self.drafter: Drafter = drafter_class(self.config, tuner)
+        if tuner is not None and self.config.warm_tuner:
+            self.run.tuner_start = target.tuner_start()
+            if self.run.tuner_start is not None:
+                tuner.start_from(self.run.tuner_start)
         self.matcher = ContextMatcher.from_config(self.config)
         self.adjacency: AdjacencyTable | None = None
         if drafter_class.uses_adjacency:
@@ -331,12 +336,29 @@ def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "
 
 def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
     """The model as the loop's target, with the head the request names ("auto": the one timed fastest here)
-    and, where a tuner reads it or a recording keeps it, this device's cost table."""
+    and, where a tuner reads it or a recording keeps it, this device's cost table; where a tuner starts warm,
+    what the method's tuner learnt on this model and machine (goose.tuning)."""
     head = choose_head(goose_model, request.head)
     drafter = METHODS[request.method]
     tuned = request.config.auto_budget and drafter.speculative
     costs = cost_table(goose_model, head=head) if tuned or request.record_sources else {}
-    return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs)
+    start = None
+    if tuned and request.config.warm_tuner:
+        start = learnt_start(goose_model, request.method, head,
+                             lambda start, prompt: calibrate(goose_model, request.method, head, costs, start, prompt))
+    return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs, start)
+
+
+def calibrate(goose_model: GooseModel, method: str, head: str, costs: dict[int, float],
+              start: dict | None, prompt: str) -> dict:
+    """One greedy run of `method` at its defaults over a calibration prompt (goose.tuning), its tuner starting
+    from `start`: what the tuner learnt by its end."""
+    request = check_request(prompt, method, CALIBRATION_TOKENS)
+    generation = Generation(ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs,
+                                        start), request)
+    for _ in generation:
+        pass
+    return generation.drafter.tuner.learnt()
 
 
 def recorders(request: Request) -> list[Observer]:

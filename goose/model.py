@@ -50,6 +50,8 @@ class ModelCache:
                  greedy autoregressive run is the same every time)
     cost_tables: (cache file, key) -> the verification cost table read from it (goose.costs.cost_table): read
                  from disk once per process, not at the start of every run
+    tuner_starts: key -> where a method's budget tuner starts on this model and machine (goose.tuning), read
+                 from disk once per process
 
     The values' classes live above this module (they import it), so they are named here, not imported.
     """
@@ -58,6 +60,7 @@ class ModelCache:
     head_choice: str | None = None
     measured: dict[tuple, Any] = field(default_factory=dict)
     cost_tables: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    tuner_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

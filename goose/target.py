@@ -52,6 +52,10 @@ class Target(Protocol):
         """Seconds of one verification step per tree size: what the budget tuner reads, fixed before the run."""
         ...
 
+    def tuner_start(self) -> dict | None:
+        """Where the run's budget tuner starts (goose.tuning: what a tuner learnt before), or None: from nothing."""
+        ...
+
     def prefill(self, prompt: Sequence[int], table_rows: Sequence[int], table: AdjacencyTable | None
                 ) -> tuple[int, list[Row | None]]:
         """One pass over the prompt: the first new token, and the adjacency rows of the prompt positions
@@ -88,7 +92,7 @@ class ModelTarget:
     """The model itself: one forward pass per tree through a KV cache it owns, walked with the run's head."""
 
     def __init__(self, goose_model: GooseModel, head: str, sampling: Sampling, warm_start: bool,
-                 costs: dict[int, float]) -> None:
+                 costs: dict[int, float], tuner_start: dict | None = None) -> None:
         self.goose_model = goose_model
         self.model = goose_model.name
         self.eos = eos_ids(goose_model)
@@ -98,6 +102,7 @@ class ModelTarget:
         self.verifier = Verifier(goose_model.model)
         self._prior = find_prior(goose_model.name) if warm_start else None
         self._costs = costs  # this device's cost table (goose.costs), measured before the run
+        self._tuner_start = tuner_start  # what the method's tuner learnt on this model and machine (goose.tuning)
 
     def encode(self, prompt: str) -> list[int]:
         return self.goose_model.encode(prompt)
@@ -110,6 +115,9 @@ class ModelTarget:
 
     def costs(self) -> dict[int, float]:
         return self._costs
+
+    def tuner_start(self) -> dict | None:
+        return self._tuner_start
 
     def prefill(self, prompt: Sequence[int], table_rows: Sequence[int], table: AdjacencyTable | None
                 ) -> tuple[int, list[Row | None]]:

@@ -178,6 +178,8 @@ class RunRecord:
     prefill_rows: the adjacency rows the prefill stored, as (previous, token, row) in order; None when the
                  run was not recorded with its sources (an empty list: recorded, no adjacency table kept).
     prior:       the name of the prior the adjacency table started over (goose.sources.prior), None if none.
+    tuner_start: what the budget tuner started from (goose.tuning: learnt on the recording machine), None if
+                 it started from nothing.
     parallel:    a run on a model split over several ranks (goose.parallel.Parallel): world_size, backend, the
                  plan entries replicated instead of split and why pieces run differently; None in one process.
     """
@@ -199,6 +201,7 @@ class RunRecord:
     head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
     prefill_rows: list[tuple[int | None, int, Row]] | None = None
     prior: str | None = None
+    tuner_start: dict[str, Any] | None = None
     parallel: dict[str, Any] | None = None
     format: str = TRACE_FORMAT
 

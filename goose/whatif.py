@@ -177,8 +177,8 @@ class RecordedTarget:
     continuation, and gives each node the row the recorded passes computed in its context (`PassRows`), else
     its token's latest recorded row at or before its place (`LatestRows`)."""
 
-    def __init__(self, run: RunRecord, config: GooseConfig) -> None:
-        self.run = run
+    def __init__(self, run: RunRecord, config: GooseConfig, method: str) -> None:
+        self.run, self.method = run, method
         self.model, self.head, self.parallel = run.model, run.head, run.parallel
         self.eos: set[int] = set()  # the recording ends where it ends (ends_after), for whatever reason it did
         self.tokens = list(run.tokens)
@@ -203,6 +203,11 @@ class RecordedTarget:
 
     def costs(self) -> dict[int, float]:
         return dict(self.run.costs)
+
+    def tuner_start(self) -> dict | None:
+        """Where the recorded run's tuner started: a replay of its method starts there too (another method's
+        tuner has other knobs, and starts from nothing)."""
+        return self.run.tuner_start if self.method == self.run.method else None
 
     def prefill(self, prompt: Sequence[int], table_rows: Sequence[int], table: AdjacencyTable | None
                 ) -> tuple[int, list[Row | None]]:
@@ -270,7 +275,7 @@ def replay_generation(run: RunRecord, method: str, config: GooseConfig) -> Gener
     replayed steps (StepRecords, as a real run's)."""
     check_replayable(run, method)
     request = Request(tuple(run.prompt_tokens), method, run.max_new_tokens, config, Sampling(), ())
-    return Generation(RecordedTarget(run, config), request)
+    return Generation(RecordedTarget(run, config, method), request)
 
 
 # --- settings ------------------------------------------------------------------------------------------

@@ -64,8 +64,8 @@ def test_a_model_reads_its_cost_table_from_disk_once(tmp_path, measured, monkeyp
     model = tiny_llama(0)
     assert cost_table(model, path) == {2: 0.01, 4: 0.02}
     reads = []
-    real_cached = costs_module._cached
-    monkeypatch.setattr(costs_module, "_cached", lambda *args: reads.append(args) or real_cached(*args))
+    real_cached = costs_module.kept_on_disk
+    monkeypatch.setattr(costs_module, "kept_on_disk", lambda *args: reads.append(args) or real_cached(*args))
     table = cost_table(model, path)
     table[2] = 99.0  # a caller's copy: the kept table is not changed through it
     assert cost_table(model, path) == {2: 0.01, 4: 0.02}

@@ -9,7 +9,7 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
-from goose.costs import _cost_key
+from goose.costs import cost_key
 from goose.packed import body_linears, pack_linears, packed_linears
 from goose.verify import Verifier
 
@@ -87,7 +87,7 @@ def test_the_verifier_runs_the_body_packed_and_agrees_with_the_stock_body(build)
     verifier = Verifier(model.model)
     assert verifier.packed and body_linears(model.model) == "packed"
     assert torch.allclose(verifier.forward_chain(tokens), expected, atol=1e-4)
-    assert "linears=packed" in _cost_key(model, 2, "full"), "costs are measured and cached per kind of body"
+    assert "linears=packed" in cost_key(model, 2, "full"), "costs are measured and cached per kind of body"
 
 
 def test_packing_can_be_turned_off(monkeypatch):
