@@ -15,7 +15,6 @@ slider works by itself too.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,6 @@ from goose.optimal import (
     MeasuredRates,
     OptimalTree,
     budget_curves,
-    children_mass,
     gap_curves,
     geometric_rates,
     measured_rates,
@@ -101,20 +99,15 @@ def model_rates(spine_rate: float, spine_ratio: float, spine_length: int, branch
             geometric_rates(float(branch_rate), float(branch_ratio), BRANCH_RANKS))
 
 
-def verdict_html(tree: OptimalTree, spine: list[float], branch: list[float]) -> str:
+def verdict_html(tree: OptimalTree) -> str:
     """The three trees' expected accepted lengths, and the optimal tree's lead over the better source alone."""
     alone = max(tree.balanced.expected_accepted, tree.chain.expected_accepted)
     lead = (f"; <b class='why-lead'>{tree.expected_accepted / alone - 1:+.0%}</b> over the better source alone"
             if alone > 0 else "")
-    notes = []
-    if (mass := children_mass(spine, branch)) > 1.0:
-        notes.append(f"A spine node's children are accepted with rates adding up to {mass:.2f}, more than 1: the "
-                     "model then counts more than any greedy walk can accept (it takes one child at most).")
-    note = "".join(f'<div style="color:#92400e">{html.escape(n)}</div>' for n in notes)
     return (f'<div class="why-verdict" style="font:15px sans-serif;padding:6px">Expected draft tokens accepted per '
             f'step (τ per step is one more, the bonus): optimal <b>{tree.expected_accepted:.2f}</b>, best balanced '
             f'<b>{tree.balanced.expected_accepted:.2f}</b> (k = {tree.balanced_k}), chain '
-            f'<b>{tree.chain.expected_accepted:.2f}</b>{lead}.{note}</div>')
+            f'<b>{tree.chain.expected_accepted:.2f}</b>{lead}.</div>')
 
 
 @dataclass
@@ -149,7 +142,7 @@ def draw(spine_rate: Any, spine_ratio: Any, spine_length: Any, branch_rate: Any,
             f"Expected accepted tokens vs the gap, budget {budget} (dotted: the sliders' {gap:.3g}x)",
             measured=point, at=gap)
         by_gap.update_xaxes(type="log", tickvals=list(GAPS))
-    return Model(verdict=verdict_html(tree, spine, branch),
+    return Model(verdict=verdict_html(tree),
                  optimal_tree=model_tree_iframe(tree, "optimal tree", TREE_HEIGHT),
                  balanced_tree=model_tree_iframe(tree.balanced, f"best balanced tree (k = {tree.balanced_k})",
                                                  TREE_HEIGHT),

@@ -1,21 +1,36 @@
-"""The optimal draft tree under the paper's rate model, and why it is a spine (docs/METHOD.md, "Why a spine").
+"""The optimal draft tree under a rate model of acceptance, why it is a spine, and how well the model explains a
+run (docs/METHOD.md, "Why a spine").
 
-The model: a context-match token at depth d is accepted, given its parent was, with probability
-spine[d-1]; a recycled successor of rank j + 1 with probability branch[j], under every parent. A spine
-child exists only under the root or a spine node (the match is one continuation); recycled children of
-every rank under every node. A node is accepted when its whole path is, so its *reach* is the product of
-the rates along its path, and by linearity of expectation
+The model. At a node the walk reached, the target picks one token, so at most one child is accepted: a node's
+children are exclusive outcomes. The spine child (a context-match token, drafted under the root or a spine node
+while the match goes on) at depth d is accepted with probability spine[d-1] = s_d; failing it (or where the
+node has none), the recycled successor of rank 1 with probability branch[0] = b_1, failing that rank 2 with
+b_2, and so on, under every parent. So a reached node's child is accepted with its *chance*
+
+    spine child:  s_d            successor of rank j:  (1 - s_d) (1 - b_1) ... (1 - b_(j-1)) b_j
+
+(no 1 - s_d where the node has no spine outcome), and a node's children's chances add up to
+1 - (1 - s_d) (1 - b_1) ... <= 1 by construction. A chance is the target's, whatever else was drafted: a
+slot's chance does not depend on which of its siblings a tree holds. A node is accepted when its whole path
+is, so its *reach* is the product of the chances along its path, and by linearity of expectation
 
     expected accepted length of a tree = sum over its non-root nodes of their reach.
 
-Best first is exact. Every rate is at most 1, so a child's reach is at most its parent's. Let S be the
-tree built so far and n the likeliest slot on its frontier (a slot outside S whose parent is in S). For any
-slot m outside S, m or an ancestor of it is on the frontier (the highest one outside S; call it a), and
-reach(m) <= reach(a) <= reach(n). So each pick is the likeliest slot left anywhere, and after B - 1 picks
-the tree holds B - 1 slots of the largest reach there are: no B-node tree, closed under parents or not,
-sums to more. Ties change the tree, never its value; they go to the slot offered first (older parent
-first, and under one parent the spine child, then ranks in order). A slot of reach 0 adds nothing and is
-not drafted, so a tree may hold fewer than B nodes.
+Best first is exact. Every chance is at most 1, so a child's reach is at most its parent's, and a slot's reach
+is fixed whatever else the tree holds. Let S be the tree built so far and n the likeliest slot on its frontier
+(a slot outside S whose parent is in S). For any slot m outside S, m or an ancestor of it is on the frontier
+(the highest one outside S; call it a), and reach(m) <= reach(a) <= reach(n). So each pick is the likeliest
+slot left anywhere, and after B - 1 picks the tree holds B - 1 slots of the largest reach there are: no B-node
+tree, closed under parents or not, sums to more. Ties change the tree, never its value; they go to the slot
+offered first (older parent first, and under one parent the spine child, then ranks in order). A slot of
+reach 0 adds nothing and is not drafted, so a tree may hold fewer than B nodes.
+
+The fit. What a step shows at each node the walk reached is which of its drafted children the target took, if
+any: in the model's order (spine child, then ranks), every child before the taken one failed and the taken one
+succeeded; the children after it, and the children never drafted, show nothing. So the likelihood of a run is
+a product of one Bernoulli draw per *tried* node (goose.metrics.acceptance_by_depth_and_rank) at its depth's or
+rank's rate, and the maximum-likelihood rate of each depth and rank is its accepted / tried; a geometric
+decay over depth or rank (fit_geometric) is fitted to the same likelihood.
 """
 
 from __future__ import annotations
@@ -86,6 +101,18 @@ def _check(budget: int, spine: Sequence[float], branch: Sequence[float]) -> None
             raise ValueError(f"{name} rates are probabilities, in [0, 1]: {list(rates)}")
 
 
+def child_chances(spine_rate: float | None, branch: Sequence[float]) -> tuple[float, list[float]]:
+    """The chance that a reached node's spine child (spine_rate, its s_d; None where the node has no spine
+    outcome) and its recycled successor of each rank (branch: b_1, b_2, ...) are accepted: each the chance that
+    every outcome before it failed, times its own rate. They add up to at most 1 (the module's model)."""
+    spine_chance = spine_rate or 0.0
+    left, chances = 1.0 - spine_chance, []
+    for rate in branch:
+        chances.append(left * rate)
+        left *= 1.0 - rate
+    return spine_chance, chances
+
+
 def _best_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> RateTree:
     """Best first on reach (the module's docstring proves it optimal)."""
     tree, depths = RateTree(), [0]
@@ -94,11 +121,12 @@ def _best_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> 
 
     def offer(node: int) -> None:
         nonlocal offered
-        spine_child = tree.sources[node] != BRANCH and depths[node] < len(spine)
-        children = [(SPINE, 0, spine[depths[node]])] if spine_child else []
-        children += [(BRANCH, j + 1, rate) for j, rate in enumerate(branch)]
-        for source, rank, rate in children:
-            reach = tree.reach[node] * rate
+        match_goes_on = tree.sources[node] != BRANCH and depths[node] < len(spine)
+        spine_chance, chances = child_chances(spine[depths[node]] if match_goes_on else None, branch)
+        children = [(SPINE, 0, spine_chance)] if match_goes_on else []
+        children += [(BRANCH, j + 1, chance) for j, chance in enumerate(chances)]
+        for source, rank, chance in children:
+            reach = tree.reach[node] * chance
             if reach > 0.0:
                 heapq.heappush(slots, (-reach, offered, node, source, rank))
                 offered += 1
@@ -122,24 +150,27 @@ def chain_tree(budget: int, spine: Sequence[float]) -> RateTree:
     return tree
 
 
-def balanced_tree(budget: int, branch: Sequence[float], k: int) -> RateTree:
+def balanced_tree(budget: int, spine: Sequence[float], branch: Sequence[float], k: int) -> RateTree:
     """The k-ary tree of recycled successors (ranks 1..k under every node) filled breadth first until the
-    budget is spent, as goose.tree.build_balanced_tree fills it. Its depth follows from k and the budget."""
+    budget is spent, as goose.tree.build_balanced_tree fills it. Its depth follows from k and the budget. It
+    drafts no spine token, but where the match offers one (under the root) the target takes it all the same:
+    the root's successors keep the chances they have beside the spine child (child_chances)."""
     tree, node = RateTree(), 0
     while node < len(tree.parents) and len(tree.parents) < budget:
-        for j, rate in enumerate(branch[:k]):
-            reach = tree.reach[node] * rate
+        _, chances = child_chances(spine[0] if node == 0 and spine else None, branch[:k])
+        for j, chance in enumerate(chances):
+            reach = tree.reach[node] * chance
             if reach > 0.0 and len(tree.parents) < budget:
                 tree.add(node, BRANCH, j + 1, reach)
         node += 1
     return tree
 
 
-def best_balanced_tree(budget: int, branch: Sequence[float]) -> tuple[RateTree, int]:
+def best_balanced_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> tuple[RateTree, int]:
     """The balanced tree of the best k (the smallest on ties) at this budget, and that k."""
     best, best_k = RateTree(), 0
     for k in range(1, len(branch) + 1):
-        tree = balanced_tree(budget, branch, k)
+        tree = balanced_tree(budget, spine, branch, k)
         if tree.expected_accepted > best.expected_accepted:
             best, best_k = tree, k
     return best, best_k
@@ -147,12 +178,12 @@ def best_balanced_tree(budget: int, branch: Sequence[float]) -> tuple[RateTree, 
 
 def optimal_tree(budget: int, spine: Sequence[float], branch: Sequence[float]) -> OptimalTree:
     """The tree of at most `budget` nodes (root included) with the largest expected accepted length, for a
-    spine accepted at depth i + 1 with probability spine[i] given its parent was, and a recycled successor
-    of rank j + 1 with probability branch[j] under any parent; beside it the best balanced tree and the
-    chain at the same budget."""
+    spine child at depth i + 1 accepted with probability spine[i] once its parent is, and a recycled successor
+    of rank j + 1 with probability branch[j] once its parent is and the spine child and the ranks before it are
+    not (the module's model); beside it the best balanced tree and the chain at the same budget."""
     _check(budget, spine, branch)
     best = _best_tree(budget, spine, branch)
-    balanced, k = best_balanced_tree(budget, branch)
+    balanced, k = best_balanced_tree(budget, spine, branch)
     return OptimalTree(best.parents, best.sources, best.ranks, best.reach, balanced=balanced, balanced_k=k,
                        chain=chain_tree(budget, spine))
 
@@ -179,16 +210,30 @@ def budget_curves(budgets: Iterable[int], spine: Sequence[float], branch: Sequen
     return _curves(BUDGET_AXIS, ((b, optimal_tree(b, spine, branch)) for b in budgets))
 
 
+def root_mass(spine: Sequence[float], branch: Sequence[float]) -> float:
+    """The chance that the walk accepts some child of the root: 1 - (1 - s_1) (1 - b_1) (1 - b_2) ..."""
+    spine_chance, chances = child_chances(spine[0] if spine else None, branch)
+    return math.fsum([spine_chance, *chances])
+
+
 def rates_at_gap(gap: float, spine: Sequence[float], branch: Sequence[float]) -> tuple[list[float], list[float]]:
     """The rates scaled to a quality gap spine[0] / branch[0]: each source's shape over depth and rank kept, and
-    spine[0] + sum(branch), the chance that some child of the root is accepted. So a gap moves acceptance from
-    one source to the other and makes no tree likelier overall. A rate scaled past 1 stays at 1 (a spine that
-    grows more reliable with depth, or rates adding up to more than 1, children_mass)."""
+    the chance that some child of the root is accepted (root_mass). So a gap moves acceptance from one source to
+    the other and makes no tree likelier overall. A rate scaled past 1 stays at 1 (a spine that grows more
+    reliable with depth). The branches' scale is found by bisection: the root's mass grows with it."""
     if not spine or not branch or spine[0] == 0.0 or branch[0] == 0.0:
         raise ValueError("a quality gap needs a first spine rate and a first branch rate above 0")
-    branch_scale = (spine[0] + math.fsum(branch)) / (gap * branch[0] + math.fsum(branch))
-    spine_scale = gap * branch[0] * branch_scale / spine[0]  # spine[0] after = gap * branch[0] after
-    return [min(1.0, r * spine_scale) for r in spine], [min(1.0, r * branch_scale) for r in branch]
+
+    def scaled(branch_scale: float) -> tuple[list[float], list[float]]:
+        spine_scale = gap * branch[0] * branch_scale / spine[0]  # spine[0] after = gap * branch[0] after
+        return [min(1.0, r * spine_scale) for r in spine], [min(1.0, r * branch_scale) for r in branch]
+
+    mass = root_mass(spine, branch)
+    low, high = 0.0, 1.0 / (max(gap, 1.0) * branch[0])  # at high a first rate is 1, and so is the mass
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if root_mass(*scaled(middle)) < mass else (low, middle)
+    return scaled(high)
 
 
 def gap_curves(gaps: Iterable[float], budget: int, spine: Sequence[float], branch: Sequence[float]) -> Curves:
@@ -204,10 +249,10 @@ def margin(curves: Curves) -> list[float | None]:
 
 
 def children_mass(spine: Sequence[float], branch: Sequence[float]) -> float:
-    """The most a node's children's rates add up to (a spine node's: its spine child and every rank). A greedy
-    walk accepts one child at most, so above 1 the rates are no probabilities of one walk and the model counts
-    more than any walk could accept."""
-    return max(spine, default=0.0) + math.fsum(branch)
+    """The most a node's children's chances add up to (a spine node's where the spine's rate is highest: its
+    spine child and every rank): the chance that the walk goes on past it, at most 1 in this model."""
+    return max(math.fsum([spine_chance, *chances])
+               for spine_chance, chances in (child_chances(rate, branch) for rate in (None, *spine)))
 
 
 # --- the rates a run measured -----------------------------------------------------------------------------------
@@ -268,3 +313,4 @@ def measured_rates(steps: Sequence[StepRecord]) -> MeasuredRates:
                          branch=fit_geometric(counts[BRANCH]), counts=counts,
                          mean_accepted=mean_accepted_length(step.accepted_length for step in steps),
                          mean_budget=statistics.fmean(step.budget for step in steps) if steps else None)
+

@@ -1,7 +1,10 @@
-"""The optimal tree under the rate model: equal to brute force, a spine with branches at a 6x gap, its curves."""
+"""The optimal tree under the rate model: equal to brute force, a spine with branches at a 6x gap, its curves; the
+model's fit to a run, and its calibration against the run's steps."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 
 import numpy as np
@@ -24,12 +27,13 @@ from goose.optimal import (
     measured_rates,
     optimal_tree,
     rates_at_gap,
+    root_mass,
 )
 from goose.tree import BRANCH, ROOT, SPINE
 
 MAX_NODES = 7
 MAX_RANKS = 3
-# a quality gap of 6x (0.72 / 0.12), the paper's median; a spine node's children's rates add up to 0.96 <= 1
+# a quality gap of 6x (0.72 / 0.12), the paper's median
 SIX_X_SPINE = [0.72] * 64
 SIX_X_BRANCH = [0.12 * 0.5**j for j in range(10)]
 
@@ -65,11 +69,34 @@ def brute_force():
     return members, sizes, slots
 
 
+@functools.cache
+def first_heads(rates: tuple[float, ...]) -> dict[int | None, float]:
+    """The model's outcome at a reached node, by brute force: a coin per child in the model's order (the spine child
+    where there is one, then the ranks), heads at its rate; the target takes the first child whose coin came up
+    heads (None: no child). Every throw of every coin enumerated: index of the child taken -> its chance."""
+    taken: dict[int | None, float] = {}
+    for throws in itertools.product((True, False), repeat=len(rates)):
+        chance = float(np.prod([rate if heads else 1.0 - rate for rate, heads in zip(rates, throws)]))
+        first = next((i for i, heads in enumerate(throws) if heads), None)
+        taken[first] = taken.get(first, 0.0) + chance
+    return taken
+
+
+def coin_rates(path: tuple, spine: list[float], branch: list[float]) -> tuple[float, ...]:
+    """The coins at the node a slot path names: its spine child's (where the match goes on), then each rank's."""
+    has_spine = all(step == "s" for step in path) and len(path) < len(spine)
+    return tuple([spine[len(path)]] if has_spine else []) + tuple(branch)
+
+
 def reach_of(path: tuple, spine: list[float], branch: list[float]) -> float:
+    """The chance that the walk accepts the slot: at each node along the path, the target takes the next one."""
     reach = 1.0
-    for depth, step in enumerate(path, start=1):
-        rates = (spine, depth - 1) if step == "s" else (branch, step - 1)
-        reach *= rates[0][rates[1]] if rates[1] < len(rates[0]) else 0.0
+    for depth, step in enumerate(path):
+        rates = coin_rates(path[:depth], spine, branch)
+        has_spine = len(rates) > len(branch)
+        if step == "s" and not has_spine or step != "s" and step > len(branch):
+            return 0.0
+        reach *= first_heads(rates).get(0 if step == "s" else step - 1 + has_spine, 0.0)
     return reach
 
 
@@ -77,7 +104,6 @@ def assert_valid(tree: RateTree, budget: int, spine: list[float], branch: list[f
     """A tree of at most `budget` slots the model offers, each once, parents first, reach as the model says."""
     assert 1 <= len(tree) <= budget
     assert tree.parents[0] == -1 and tree.sources[0] == ROOT and tree.reach[0] == 1.0
-    depths = tree.depths
     seen = set()
     for node in range(1, len(tree)):
         parent, source, rank = tree.parents[node], tree.sources[node], tree.ranks[node]
@@ -86,12 +112,15 @@ def assert_valid(tree: RateTree, budget: int, spine: list[float], branch: list[f
         seen.add((parent, source, rank))
         if source == SPINE:
             assert tree.sources[parent] in (ROOT, SPINE) and rank == 0
-            rate = spine[depths[node] - 1]
         else:
             assert source == BRANCH and 1 <= rank <= len(branch)
-            rate = branch[rank - 1]
-        assert tree.reach[node] == pytest.approx(tree.reach[parent] * rate, abs=1e-15)
+        assert tree.reach[node] == pytest.approx(reach_of(slot_path(tree, node), spine, branch), abs=1e-15)
         assert tree.reach[node] > 0.0
+
+
+def slot_path(tree: RateTree, node: int) -> tuple:
+    """The slot a node of a model tree fills, as a path from the root ("s" or a rank per step)."""
+    return tuple("s" if tree.sources[n] == SPINE else tree.ranks[n] for n in reversed(ancestors(tree, node)[:-1]))
 
 
 def random_rates(rng: random.Random) -> tuple[list[float], list[float]]:
@@ -139,7 +168,7 @@ def test_six_x_gap_gives_a_spine_with_branches_never_worse_than_either_alone():
             on_spine = sum(tree.sources[tree.parents[n]] == SPINE for n in range(1, len(tree))
                            if tree.sources[n] == BRANCH)
             assert spine_depth >= 10 and branch_depth <= 2 and on_spine >= 3  # deep and narrow; short and wide
-    assert tree.expected_accepted > 1.25 * tree.chain.expected_accepted
+    assert tree.expected_accepted > 1.08 * tree.chain.expected_accepted  # the branches catch what the spine misses
     assert tree.expected_accepted > 10 * tree.balanced.expected_accepted
 
 
@@ -152,22 +181,28 @@ def ancestors(tree: RateTree, node: int) -> list[int]:
 
 
 def test_ties_go_to_the_spine_child_then_lower_ranks():
-    tree = optimal_tree(3, [0.5], [0.5, 0.5])
-    assert tree.sources == [ROOT, SPINE, BRANCH] and tree.ranks == [0, 0, 1]
-    assert optimal_tree(3, [0.5], [0.5, 0.5]) == tree
+    tree = optimal_tree(3, [0.5], [1.0])  # the spine child and the top successor: 0.5 each; then the root's first
+    assert tree.sources == [ROOT, SPINE, BRANCH] and tree.ranks == [0, 0, 1] and tree.parents == [-1, 0, 0]
+    assert optimal_tree(3, [0.5], [1.0]) == tree
+    assert optimal_tree(2, [], [0.5, 1.0]).ranks == [0, 1]  # rank 2 is as likely: the rank before it fails
 
 
 def test_nodes_of_reach_zero_are_not_drafted():
     assert len(optimal_tree(10, [0.9, 0.0], [])) == 2
     assert len(chain_tree(10, [0.9, 0.0, 0.9])) == 2
-    assert balanced_tree(4, [0.0, 0.5], 2).ranks == [0, 2, 2, 2]  # each node's rank-2 child alone: a chain
+    assert balanced_tree(4, [], [0.0, 0.5], 2).ranks == [0, 2, 2, 2]  # each node's rank-2 child alone: a chain
 
 
 def test_the_best_balanced_tree_picks_its_width():
-    tree = optimal_tree(13, [], [0.5, 0.5, 0.5])  # 1 + 3 + 9: a full ternary tree of depth 2
-    assert tree.balanced_k == 3 and max(tree.balanced.depths) == 2
-    assert tree.balanced.expected_accepted == pytest.approx(3 * 0.5 + 9 * 0.25)
+    tree = optimal_tree(13, [], [1 / 3, 1 / 2, 1.0])  # each rank taken a third of the time
+    assert tree.balanced_k == 3 and max(tree.balanced.depths) == 2  # 1 + 3 + 9: a full ternary tree of depth 2
+    assert tree.balanced.expected_accepted == pytest.approx(3 * 1 / 3 + 9 * 1 / 9)
     assert optimal_tree(5, [], []).balanced_k == 0
+
+
+def test_the_balanced_tree_misses_the_spine_token_the_target_takes():
+    alone, beside = balanced_tree(2, [], [0.5], 1), balanced_tree(2, [0.6], [0.5], 1)
+    assert alone.reach == [1.0, 0.5] and beside.reach == pytest.approx([1.0, 0.4 * 0.5])
 
 
 def test_curves_hold_each_budgets_trees():
@@ -179,12 +214,16 @@ def test_curves_hold_each_budgets_trees():
 
 
 def test_gap_curves_split_the_same_acceptance_at_each_gap():
-    spine, branch = rates_at_gap(6.0, [0.6, 0.3], [0.2, 0.1])  # from 3x to 6x; 0.6 + 0.2 + 0.1 = 0.9 kept
-    assert spine + branch == pytest.approx([0.72, 0.36, 0.12, 0.06])
-    curves = gap_curves([1.0, 2.0], 2, [0.6], [0.3])  # 0.6 + 0.3 = 0.9 at every gap
+    spine, branch = rates_at_gap(4.0, [0.6, 0.3], [0.2, 0.1])  # from 3x to 4x, each source keeping its shape
+    assert spine[0] == pytest.approx(4.0 * branch[0]) and spine[1] / spine[0] == pytest.approx(0.5)
+    assert branch[1] / branch[0] == pytest.approx(0.5)
+    assert root_mass(spine, branch) == pytest.approx(root_mass([0.6], [0.2, 0.1]))  # 1 - 0.4 * 0.8 * 0.9 kept
+    assert rates_at_gap(2.0, [0.6], [0.3]) == (pytest.approx([0.6]), pytest.approx([0.3]))  # its own gap: as it was
+    curves = gap_curves([1.0, 2.0], 2, [0.6], [0.3])  # 1 - 0.4 * 0.7 = 0.72 at every gap
     assert curves.axis == GAP_AXIS
-    assert curves.chain == pytest.approx([0.45, 0.6])  # budget 2: the spine's first token alone
-    assert curves.balanced == pytest.approx([0.45, 0.3])  # ... or the top successor alone
+    even = 1 - 0.28**0.5  # gap 1: 1 - (1 - x)^2 = 0.72
+    assert curves.chain == pytest.approx([even, 0.6])  # budget 2: the spine's first token alone
+    assert curves.balanced == pytest.approx([(1 - even) * even, 0.4 * 0.3])  # ... or the top successor alone
     wide = gap_curves([2.0, 18.0], 32, SIX_X_SPINE, SIX_X_BRANCH)
     assert wide.chain[0] < wide.chain[1] and wide.balanced[0] > wide.balanced[1]
     assert wide.optimal[0] >= max(wide.chain[0], wide.balanced[0])
@@ -239,7 +278,7 @@ def test_measured_rates_fit_a_runs_steps():
     from test_metrics import tree_step
 
     measured = measured_rates([tree_step(8), tree_step(16)])
-    assert measured.counts == {SPINE: {1: (2, 2), 2: (0, 2)}, BRANCH: {1: (2, 4), 2: (0, 2)}}
+    assert measured.counts == {SPINE: {1: (2, 2), 2: (0, 2)}, BRANCH: {1: (2, 2)}}
     assert measured.spine == fit_geometric(measured.counts[SPINE]) and measured.spine[0] == 1.0
     assert measured.branch == fit_geometric(measured.counts[BRANCH])
     assert measured.gap == pytest.approx(measured.spine[0] / measured.branch[0])
@@ -257,13 +296,22 @@ def test_the_chart_marks_a_measured_run_on_the_same_footing_and_the_sliders_x():
     assert [shape.x0 for shape in figure.layout.shapes] == [16]
 
 
-def test_children_mass_is_what_a_spine_nodes_children_add_up_to():
-    assert children_mass(SIX_X_SPINE, SIX_X_BRANCH) == pytest.approx(0.72 + 0.24 * (1 - 0.5**10))
-    assert children_mass([], [0.5, 0.6]) == pytest.approx(1.1)
+def test_children_mass_is_the_chance_that_the_walk_goes_on_past_a_node():
+    assert children_mass(SIX_X_SPINE, SIX_X_BRANCH) == pytest.approx(1 - 0.28 * np.prod([1 - r for r in SIX_X_BRANCH]))
+    assert children_mass([], [0.5, 0.6]) == pytest.approx(1 - 0.5 * 0.4)
+    assert children_mass([0.2, 0.9], []) == 0.9
+
+
+def test_children_mass_never_passes_1():
+    rng = random.Random(5)
+    for _ in range(500):
+        spine, branch = random_rates(rng)
+        assert children_mass(spine, branch) <= 1.0 + 1e-12
+        assert sum(first_heads(coin_rates((), spine, branch)).values()) == pytest.approx(1.0)
 
 
 def test_rates_moved_to_a_gap_stay_probabilities():
     spine, branch = rates_at_gap(18.0, [0.5, 1.0], [0.05, 0.02])  # a spine that grows more reliable with depth
     assert spine[0] == pytest.approx(18.0 * branch[0]) and max(spine + branch) == 1.0
-    spine, branch = rates_at_gap(24.0, [0.9], [0.5] * 10)  # rates adding up to more than 1
-    assert max(spine + branch) <= 1.0
+    spine, branch = rates_at_gap(24.0, [0.9], [0.5] * 10)
+    assert max(spine + branch) <= 1.0 and spine[0] == pytest.approx(24.0 * branch[0])

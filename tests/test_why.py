@@ -69,11 +69,6 @@ def test_the_sliders_set_the_trees_and_a_source_at_zero_has_no_gap():
     assert expected_shown(deep.optimal_tree) >= expected_shown(deep.chain_tree)
 
 
-def test_rates_no_walk_could_follow_are_flagged():
-    assert "more than 1" not in why.draw(**why.DEFAULTS).verdict
-    assert "more than 1" in why.draw(0.9, 1.0, 64, 0.5, 1.0, 16).verdict
-
-
 def test_the_model_trees_are_drawn_offline_in_every_trees_style():
     tree = optimal_tree(16, *why.model_rates(0.72, 1.0, 64, 0.12, 0.5))
     frame = model_tree_iframe(tree, "optimal tree")
