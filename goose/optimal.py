@@ -29,8 +29,10 @@ The fit. What a step shows at each node the walk reached is which of its drafted
 any: in the model's order (spine child, then ranks), every child before the taken one failed and the taken one
 succeeded; the children after it, and the children never drafted, show nothing. So the likelihood of a run is
 a product of one Bernoulli draw per *tried* node (goose.metrics.acceptance_by_depth_and_rank) at its depth's or
-rank's rate, and the maximum-likelihood rate of each depth and rank is its accepted / tried; a geometric
-decay over depth or rank (fit_geometric) is fitted to the same likelihood.
+rank's rate, and the maximum-likelihood rate of each depth and rank is its accepted / tried (fit_rates); a
+geometric decay over depth or rank (fit_geometric, the Why tab's sliders) is fitted to the same likelihood.
+calibration() sets the expected accepted length of each step's own tree under the fitted rates beside what
+the step accepted.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from goose.metrics import acceptance_by_depth_and_rank, mean_accepted_length
-from goose.trace import StepRecord
+from goose.metrics import acceptance_by_depth_and_rank, branch_ranks, mean_accepted_length
+from goose.trace import RunRecord, StepRecord
 from goose.tree import BRANCH, ROOT, SPINE
 
 BUDGET_AXIS, GAP_AXIS = "budget", "quality gap"  # what a Curves' x holds
@@ -210,10 +212,16 @@ def budget_curves(budgets: Iterable[int], spine: Sequence[float], branch: Sequen
     return _curves(BUDGET_AXIS, ((b, optimal_tree(b, spine, branch)) for b in budgets))
 
 
+def children_mass(spine: Sequence[float], branch: Sequence[float]) -> float:
+    """The most a node's children's chances add up to (a spine node's where the spine's rate is highest: its
+    spine child and every rank): the chance that the walk goes on past it, 1 - (1 - s_d) (1 - b_1) (1 - b_2) ...,
+    so at most 1."""
+    return 1.0 - (1.0 - max(spine, default=0.0)) * math.prod(1.0 - rate for rate in branch)
+
+
 def root_mass(spine: Sequence[float], branch: Sequence[float]) -> float:
     """The chance that the walk accepts some child of the root: 1 - (1 - s_1) (1 - b_1) (1 - b_2) ..."""
-    spine_chance, chances = child_chances(spine[0] if spine else None, branch)
-    return math.fsum([spine_chance, *chances])
+    return children_mass(spine[:1], branch)
 
 
 def rates_at_gap(gap: float, spine: Sequence[float], branch: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -246,13 +254,6 @@ def margin(curves: Curves) -> list[float | None]:
     expected accepted tokens); None where neither source alone accepts anything."""
     return [optimal / best - 1.0 if (best := max(balanced, chain)) > 0.0 else None
             for optimal, balanced, chain in zip(curves.optimal, curves.balanced, curves.chain, strict=True)]
-
-
-def children_mass(spine: Sequence[float], branch: Sequence[float]) -> float:
-    """The most a node's children's chances add up to (a spine node's where the spine's rate is highest: its
-    spine child and every rank): the chance that the walk goes on past it, at most 1 in this model."""
-    return max(math.fsum([spine_chance, *chances])
-               for spine_chance, chances in (child_chances(rate, branch) for rate in (None, *spine)))
 
 
 # --- the rates a run measured -----------------------------------------------------------------------------------
@@ -314,3 +315,108 @@ def measured_rates(steps: Sequence[StepRecord]) -> MeasuredRates:
                          mean_accepted=mean_accepted_length(step.accepted_length for step in steps),
                          mean_budget=statistics.fmean(step.budget for step in steps) if steps else None)
 
+
+@dataclass(frozen=True)
+class RateModel:
+    """The model's rates: spine[d - 1] = s_d by depth, branch[j - 1] = b_j by rank (the module's docstring)."""
+
+    spine: list[float]
+    branch: list[float]
+
+    @property
+    def children_mass(self) -> float:
+        return children_mass(self.spine, self.branch)
+
+    def reach(self, step: StepRecord) -> list[float]:
+        """Each node of the step's tree: the chance that the walk accepts it under the model (the root: 1). A node
+        of the tree has a spine outcome where the step drafted a spine child under it; depths and ranks beyond
+        the rates are never accepted."""
+        ranks = branch_ranks(step)
+        children: dict[int, list[int]] = {}
+        for index, node in enumerate(step.nodes[1:], start=1):
+            children.setdefault(node.parent, []).append(index)
+        reach = [1.0] + [0.0] * (len(step.nodes) - 1)
+        for parent, nodes in children.items():  # parents before children: each parent's reach is known
+            spine_child = next((n for n in nodes if step.nodes[n].source == SPINE), None)
+            depth = step.nodes[parent].depth + 1
+            spine_rate = (self.spine[depth - 1] if depth <= len(self.spine) else 0.0) if spine_child else None
+            branches = [n for n in nodes if step.nodes[n].source == BRANCH]  # ranks 1, 2, ... in order
+            rates = [self.branch[ranks[n] - 1] if ranks[n] <= len(self.branch) else 0.0 for n in branches]
+            spine_chance, chances = child_chances(spine_rate, rates)
+            for node, chance in ((spine_child, spine_chance), *zip(branches, chances)):
+                if node is not None:
+                    reach[node] = reach[parent] * chance
+        return reach
+
+
+def fit_rates(counts: Mapping[str, Mapping[int, tuple[int, int]]]) -> RateModel:
+    """The maximum-likelihood rates for acceptance_by_depth_and_rank's counts: each tried node is one Bernoulli
+    draw at its depth's or rank's rate (the module's docstring), so each rate's estimate is accepted / tried. A
+    node is tried only below a tried parent (spine) or sibling (branch), so the depths and ranks tried run 1, 2,
+    ... without a gap."""
+    def rates(by_key: Mapping[int, tuple[int, int]]) -> list[float]:
+        return [accepted / tried for accepted, tried in by_key.values() if tried]
+
+    return RateModel(rates(counts.get(SPINE, {})), rates(counts.get(BRANCH, {})))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The rate model fitted to a greedy run (fit_rates), and how well it explains the run's steps.
+
+    predicted:     per step, the expected accepted length of its own tree under the model (RateModel.reach)
+    measured:      per step, what it accepted (the bonus not counted)
+    by_depth:      depth -> (predicted, measured) tokens accepted at that depth, over the steps
+    by_source:     SPINE / BRANCH -> (predicted, measured) tokens that source drafted and the walk accepted
+    children_mass: the most a node's children's chances add up to under the model (at most 1)
+    """
+
+    model: RateModel
+    predicted: list[float]
+    measured: list[int]
+    by_depth: dict[int, tuple[float, int]]
+    by_source: dict[str, tuple[float, int]]
+
+    @property
+    def children_mass(self) -> float:
+        return self.model.children_mass
+
+    @property
+    def error(self) -> float | None:
+        """Pooled predicted / measured - 1 (None when the steps accepted nothing)."""
+        measured = sum(self.measured)
+        return math.fsum(self.predicted) / measured - 1.0 if measured else None
+
+    def worst_steps(self, n: int = 3) -> list[int]:
+        """The n steps whose prediction misses what they accepted by the most, worst first."""
+        misses = [abs(p - m) for p, m in zip(self.predicted, self.measured, strict=True)]
+        return sorted(range(len(misses)), key=lambda i: -misses[i])[:n]
+
+    def worst_depth(self) -> int | None:
+        """The depth whose predicted tokens miss the measured ones by the most (None without a drafted node)."""
+        return max(self.by_depth, key=lambda d: abs(self.by_depth[d][0] - self.by_depth[d][1]), default=None)
+
+
+def calibration(run: RunRecord) -> Calibration:
+    """The rate model fitted to a greedy run's steps, and per step its prediction beside what the step accepted.
+    Refuses (ValueError, one line) a sampled run, whose verdicts follow the sampling rule rather than the greedy
+    walk the model describes, and a run without a tried draft node, which gives the fit nothing."""
+    if run.sampling.get("temperature", 0.0) != 0.0:
+        raise ValueError("calibration needs a greedy run (temperature 0): the rate model describes the greedy walk, "
+                         "a sampled step's verdicts follow the sampling rule")
+    counts = acceptance_by_depth_and_rank(run.steps)
+    if not any(tried for by_key in counts.values() for _, tried in by_key.values()):
+        raise ValueError("calibration needs a run whose steps tried a draft node: this one verified no drafted token")
+    model = fit_rates(counts)
+    predicted, by_depth, by_source = [], {}, {SPINE: [0.0, 0], BRANCH: [0.0, 0]}
+    for step in run.steps:
+        reach = model.reach(step)
+        predicted.append(math.fsum(reach[1:]))
+        accepted = set(step.accepted)
+        for index, node in enumerate(step.nodes[1:], start=1):
+            for cell in (by_depth.setdefault(node.depth, [0.0, 0]), by_source.get(node.source)):
+                if cell is not None:
+                    cell[0] += reach[index]
+                    cell[1] += index in accepted
+    return Calibration(model, predicted, run.accepted_lengths, {d: tuple(by_depth[d]) for d in sorted(by_depth)},
+                       {source: tuple(cell) for source, cell in by_source.items()})

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import random
 
 import numpy as np
 import pytest
 
 import goose
+from goose import metrics
 from goose.charts import expected_length_chart
 from goose.optimal import (
     BUDGET_AXIS,
     GAP_AXIS,
+    RateModel,
     RateTree,
     balanced_tree,
     budget_curves,
+    calibration,
     chain_tree,
     children_mass,
     fit_geometric,
@@ -29,6 +33,7 @@ from goose.optimal import (
     rates_at_gap,
     root_mass,
 )
+from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import BRANCH, ROOT, SPINE
 
 MAX_NODES = 7
@@ -299,7 +304,7 @@ def test_the_chart_marks_a_measured_run_on_the_same_footing_and_the_sliders_x():
 def test_children_mass_is_the_chance_that_the_walk_goes_on_past_a_node():
     assert children_mass(SIX_X_SPINE, SIX_X_BRANCH) == pytest.approx(1 - 0.28 * np.prod([1 - r for r in SIX_X_BRANCH]))
     assert children_mass([], [0.5, 0.6]) == pytest.approx(1 - 0.5 * 0.4)
-    assert children_mass([0.2, 0.9], []) == 0.9
+    assert children_mass([0.2, 0.9], []) == pytest.approx(0.9)  # the most likely spine child
 
 
 def test_children_mass_never_passes_1():
@@ -315,3 +320,122 @@ def test_rates_moved_to_a_gap_stay_probabilities():
     assert spine[0] == pytest.approx(18.0 * branch[0]) and max(spine + branch) == 1.0
     spine, branch = rates_at_gap(24.0, [0.9], [0.5] * 10)
     assert max(spine + branch) <= 1.0 and spine[0] == pytest.approx(24.0 * branch[0])
+
+
+# --- the model fitted to a run, and its calibration ------------------------------------------------------------
+
+def synthetic_step(rng: random.Random, spine: list[float], branch: list[float], index: int = 0) -> StepRecord:
+    """A random tree (a spine chain, then branches under random nodes, at most len(branch) under one parent) verified
+    by a target that follows the model: at each reached node a coin per drafted child in the model's order (spine
+    child, then ranks), the first heads taken."""
+    nodes = [NodeRecord(0, "", ROOT, -1, 0, 1.0, status="root")]
+    for depth in range(1, rng.randint(0, len(spine)) + 1):
+        nodes.append(NodeRecord(depth, "", SPINE, depth - 1, depth, 1.0))
+    for _ in range(rng.randint(0, 8)):
+        parent = rng.randrange(len(nodes))
+        if sum(n.parent == parent and n.source == BRANCH for n in nodes) < len(branch):
+            nodes.append(NodeRecord(len(nodes), "", BRANCH, parent, nodes[parent].depth + 1, 0.5))
+    ranks = metrics.branch_ranks(StepRecord(index, nodes, [], 0, "", [], 0.0, 0.0, len(nodes)))
+    accepted, node = [], 0
+    while True:
+        children = sorted((c for c in range(len(nodes)) if nodes[c].parent == node), key=ranks.__getitem__)
+        taken = None
+        for child in children:
+            nodes[child].status = "rejected"
+            if taken is None and rng.random() < (spine[nodes[child].depth - 1] if nodes[child].source == SPINE
+                                                 else branch[ranks[child] - 1]):
+                taken = child
+        if taken is None:
+            return StepRecord(index, nodes, accepted, 0, "", [0] * (len(accepted) + 1), 0.0, 0.0, len(nodes))
+        nodes[taken].status = "accepted"
+        accepted.append(node := taken)
+
+
+def synthetic_run(steps: list[StepRecord], temperature: float = 0.0) -> RunRecord:
+    return RunRecord("", "goose", "synthetic", {}, {"temperature": temperature}, 0, steps=steps)
+
+
+def brute_force_expectation(step: StepRecord, model: RateModel) -> float:
+    """The expected accepted length of the step's tree under the model, by every throw of the coins at every node
+    the walk can reach (a coin per drafted child, in the model's order; the first heads taken)."""
+    ranks = metrics.branch_ranks(step)
+
+    def expected_from(node: int) -> float:
+        children = sorted((c for c, n in enumerate(step.nodes) if n.parent == node), key=ranks.__getitem__)
+        rates = tuple(at(model.spine, step.nodes[c].depth) if step.nodes[c].source == SPINE else
+                      at(model.branch, ranks[c]) for c in children)
+        return math.fsum(chance * (1 + expected_from(children[i])) for i, chance in first_heads(rates).items()
+                         if i is not None)
+
+    return expected_from(0)
+
+
+def at(rates: list[float], key: int) -> float:
+    return rates[key - 1] if key <= len(rates) else 0.0
+
+
+def test_a_steps_prediction_is_the_exact_expectation_of_its_tree():
+    rng = random.Random(3)
+    for index in range(100):
+        model = RateModel([rng.random() for _ in range(rng.randint(0, 3))], [rng.random() for _ in range(3)])
+        step = synthetic_step(rng, [0.5] * 4, [0.5] * 3, index)
+        assert math.fsum(model.reach(step)[1:]) == pytest.approx(brute_force_expectation(step, model), abs=1e-12)
+
+
+def test_the_fit_recovers_the_model_that_drew_the_run():
+    spine, branch = [0.8, 0.6, 0.7], [0.5, 0.3, 0.2]
+    rng = random.Random(11)
+    fit = calibration(synthetic_run([synthetic_step(rng, spine, branch, i) for i in range(4000)]))
+    assert fit.model.spine == pytest.approx(spine, abs=0.04) and fit.model.branch == pytest.approx(branch, abs=0.04)
+    assert fit.error == pytest.approx(0.0, abs=0.03)  # the model that drew the run explains it
+    assert fit.children_mass == children_mass(fit.model.spine, fit.model.branch) <= 1.0
+
+
+def test_the_fit_is_accepted_over_tried_and_its_chances_never_add_past_1():
+    from test_metrics import tree_step
+
+    fit = calibration(synthetic_run([tree_step(), tree_step()]))
+    assert fit.model == RateModel(spine=[1.0, 0.0], branch=[1.0])  # spine: 2 of 2, then 0 of 2; rank 1: 2 of 2
+    assert fit.measured == [2, 2] and fit.predicted == [2.0, 2.0] and fit.error == 0.0
+    assert fit.children_mass == 1.0
+    rng = random.Random(8)
+    for _ in range(50):
+        run = synthetic_run([synthetic_step(rng, [rng.random()] * 4, [rng.random()] * 3) for _ in range(5)])
+        if any(step.nodes[1:] for step in run.steps):
+            assert calibration(run).children_mass <= 1.0
+
+
+def test_calibration_splits_its_prediction_by_depth_and_source_and_names_the_worst():
+    rng = random.Random(2)
+    fit = calibration(synthetic_run([synthetic_step(rng, [0.9, 0.8, 0.7], [0.4, 0.2], i) for i in range(50)]))
+    assert math.fsum(p for p, _ in fit.by_depth.values()) == pytest.approx(math.fsum(fit.predicted))
+    assert sum(m for _, m in fit.by_source.values()) == sum(fit.measured) == sum(m for _, m in fit.by_depth.values())
+    misses = [abs(p - m) for p, m in zip(fit.predicted, fit.measured)]
+    assert [misses[i] for i in fit.worst_steps(3)] == sorted(misses, reverse=True)[:3]
+    depth = fit.worst_depth()
+    assert abs(fit.by_depth[depth][0] - fit.by_depth[depth][1]) == max(abs(p - m) for p, m in fit.by_depth.values())
+
+
+def test_calibration_refuses_a_sampled_run_and_a_run_that_tried_nothing():
+    from test_metrics import tree_step
+
+    with pytest.raises(ValueError, match="greedy run"):
+        calibration(synthetic_run([tree_step()], temperature=0.7))
+    root_alone = StepRecord(0, [NodeRecord(0, "", ROOT, -1, 0, 1.0, status="root")], [], 0, "", [0], 0.0, 0.0, 1)
+    for steps in ([], [root_alone]):
+        with pytest.raises(ValueError, match="tried a draft node"):
+            calibration(synthetic_run(steps))
+
+
+@pytest.mark.slow
+def test_the_fitted_model_predicts_what_the_embedded_model_accepted(gemma):
+    """Pooled over a code prompt and a chat prompt the model was not designed on (auto budget, 128 tokens), the
+    fitted model's predictions come within 15% of what the runs accepted (docs/METHOD.md, "A run's own rates")."""
+    from goose.bench.suites import format_prompt, load_suite
+
+    prompts = [next(p for p in load_suite(suite) if p.id == pid) for suite, pid in (("humaneval", "HumanEval/5"),
+                                                                                   ("mtbench", "86"))]
+    fits = [calibration(goose.generate(gemma, format_prompt(gemma.tokenizer, p), "goose", 128)) for p in prompts]
+    assert all(fit.children_mass <= 1.0 for fit in fits)
+    predicted, measured = math.fsum(sum(fit.predicted) for fit in fits), sum(sum(fit.measured) for fit in fits)
+    assert abs(predicted / measured - 1.0) <= 0.15, (predicted, measured)
