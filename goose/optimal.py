@@ -360,6 +360,9 @@ def fit_rates(counts: Mapping[str, Mapping[int, tuple[int, int]]]) -> RateModel:
     return RateModel(rates(counts.get(SPINE, {})), rates(counts.get(BRANCH, {})))
 
 
+CALIBRATION_TOLERANCE = 0.15  # a fit explains a run when its pooled prediction is this close to what the run took
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The rate model fitted to a greedy run (fit_rates), and how well it explains the run's steps.
@@ -382,10 +385,20 @@ class Calibration:
         return self.model.children_mass
 
     @property
+    def pooled(self) -> tuple[float, int]:
+        """Predicted and measured accepted tokens, summed over the steps."""
+        return math.fsum(self.predicted), sum(self.measured)
+
+    @property
     def error(self) -> float | None:
         """Pooled predicted / measured - 1 (None when the steps accepted nothing)."""
-        measured = sum(self.measured)
-        return math.fsum(self.predicted) / measured - 1.0 if measured else None
+        predicted, measured = self.pooled
+        return predicted / measured - 1.0 if measured else None
+
+    @property
+    def fits(self) -> bool:
+        """The model explains the run: its pooled prediction within CALIBRATION_TOLERANCE of what the run took."""
+        return self.error is not None and abs(self.error) <= CALIBRATION_TOLERANCE
 
     def worst_steps(self, n: int = 3) -> list[int]:
         """The n steps whose prediction misses what they accepted by the most, worst first."""

@@ -16,7 +16,9 @@ from goose import metrics
 from goose.charts import expected_length_chart
 from goose.optimal import (
     BUDGET_AXIS,
+    CALIBRATION_TOLERANCE,
     GAP_AXIS,
+    Calibration,
     RateModel,
     RateTree,
     balanced_tree,
@@ -387,7 +389,7 @@ def test_the_fit_recovers_the_model_that_drew_the_run():
     rng = random.Random(11)
     fit = calibration(synthetic_run([synthetic_step(rng, spine, branch, i) for i in range(4000)]))
     assert fit.model.spine == pytest.approx(spine, abs=0.04) and fit.model.branch == pytest.approx(branch, abs=0.04)
-    assert fit.error == pytest.approx(0.0, abs=0.03)  # the model that drew the run explains it
+    assert fit.error == pytest.approx(0.0, abs=0.03) and fit.fits  # the model that drew the run explains it
     assert fit.children_mass == children_mass(fit.model.spine, fit.model.branch) <= 1.0
 
 
@@ -396,7 +398,9 @@ def test_the_fit_is_accepted_over_tried_and_its_chances_never_add_past_1():
 
     fit = calibration(synthetic_run([tree_step(), tree_step()]))
     assert fit.model == RateModel(spine=[1.0, 0.0], branch=[1.0])  # spine: 2 of 2, then 0 of 2; rank 1: 2 of 2
-    assert fit.measured == [2, 2] and fit.predicted == [2.0, 2.0] and fit.error == 0.0
+    assert fit.measured == [2, 2] and fit.predicted == [2.0, 2.0] and fit.error == 0.0 and fit.fits
+    assert not Calibration(fit.model, [2.4], [2], {}, {}).fits  # 20% more than the step took
+    assert Calibration(fit.model, [0.0], [0], {}, {}).error is None
     assert fit.children_mass == 1.0
     rng = random.Random(8)
     for _ in range(50):
@@ -437,5 +441,5 @@ def test_the_fitted_model_predicts_what_the_embedded_model_accepted(gemma):
                                                                                    ("mtbench", "86"))]
     fits = [calibration(goose.generate(gemma, format_prompt(gemma.tokenizer, p), "goose", 128)) for p in prompts]
     assert all(fit.children_mass <= 1.0 for fit in fits)
-    predicted, measured = math.fsum(sum(fit.predicted) for fit in fits), sum(sum(fit.measured) for fit in fits)
-    assert abs(predicted / measured - 1.0) <= 0.15, (predicted, measured)
+    predicted, measured = (sum(pooled) for pooled in zip(*(fit.pooled for fit in fits)))
+    assert abs(predicted / measured - 1.0) <= CALIBRATION_TOLERANCE, (predicted, measured)
