@@ -241,7 +241,7 @@ def show_step(run: RunRecord | None, diagnosis: Any, index: Any) -> StepShown:
 
 @dataclass
 class Measured(StepShown):
-    """A run taken into the tab: the sliders set to its fitted rates, and its split."""
+    """A run taken into the tab: the model checked against it, the sliders set to its fitted rates, and its split."""
 
     run: RunRecord | None
     measured: MeasuredRates | None  # a gr.State: the run's point on the curves
@@ -261,7 +261,8 @@ class Measured(StepShown):
 
 
 def measure(run: RunRecord | None) -> Measured:
-    """Fit the rate model to the run's steps (the sliders follow) and split its steps (goose.diagnose)."""
+    """Check the rate model fitted to the run against it (goose.optimal.calibration), fit the sliders' geometric
+    rates to its steps and split its steps (goose.diagnose)."""
     if run is None or not run.steps:
         return Measured(step_split="", step_tree=tree_iframe(None), run=None, measured=None, diagnosis=None,
                         status=NO_RUN, calibration=NO_CALIBRATION, calibration_chart=None, split_status="",
