@@ -1,7 +1,10 @@
-"""The Why tab: why the best tree is a spine, and where each step of a run lost its tokens.
+"""The Why tab: why the best tree is a spine, how well the rate model explains a run, and where each step of a run
+lost its tokens.
 
-The first half draws goose.optimal's rate model: for two sources' acceptance rates (set on the sliders, or
-fitted to a run's steps by goose.optimal.measured_rates) the optimal tree beside the best balanced tree and
+The first half draws goose.optimal's rate model. Taken from a run, the model is first checked against it
+(goose.optimal.calibration: each step's predicted accepted length beside what it took, pooled, per step and per
+depth, and where it misses most, in words); then, for two sources' acceptance rates (set on the sliders, or
+fitted to the run's steps by goose.optimal.measured_rates) the optimal tree beside the best balanced tree and
 the chain, and their expected accepted length against the budget and against the quality gap, with the
 run's own accepted length marked. The second half splits each step of a greedy run into what its tree took,
 what its sources offered and its shape left out, and what no source offered (goose.diagnose), pooled and
@@ -29,18 +32,21 @@ from goose import charts
 from goose.config import GooseConfig
 from goose.diagnose import Diagnosis
 from goose.optimal import (
+    CALIBRATION_TOLERANCE,
     GRID_STEP,
     RATIO_RANGE,
+    Calibration,
     MeasuredRates,
     OptimalTree,
     budget_curves,
-    children_mass,
+    calibration,
     gap_curves,
     geometric_rates,
     measured_rates,
     optimal_tree,
 )
 from goose.trace import RunRecord
+from goose.tree import BRANCH, SPINE
 
 MAX_BUDGET = 128  # the budget slider's and the budget curve's reach
 DEEPEST = MAX_BUDGET - 1  # the deepest spine node a tree of MAX_BUDGET nodes holds
@@ -53,6 +59,8 @@ TREE_HEIGHT = 460
 PARTS = ("taken", "lost_to_shape", "lost_to_sources")  # goose.diagnose's split, in charts.SPLIT_PARTS's order
 WHOLE_RUN = "whole run"
 NO_RUN = "Generate a run in **Explore** (or open a trace in **Replay**), then press *Use this run's measured rates*."
+NO_CALIBRATION = "Take a run in (*Use this run's measured rates*) to check the model against what it accepted."
+SHOWN_RATES = 5  # the fitted rates named in words: the first depths and ranks
 SPLIT_HINT = ("Each step's tokens: taken by its tree, offered by its sources but left out by its shape, or offered by "
               "no source. Click a bar (or move the slider) to open its step.")
 
@@ -101,20 +109,15 @@ def model_rates(spine_rate: float, spine_ratio: float, spine_length: int, branch
             geometric_rates(float(branch_rate), float(branch_ratio), BRANCH_RANKS))
 
 
-def verdict_html(tree: OptimalTree, spine: list[float], branch: list[float]) -> str:
+def verdict_html(tree: OptimalTree) -> str:
     """The three trees' expected accepted lengths, and the optimal tree's lead over the better source alone."""
     alone = max(tree.balanced.expected_accepted, tree.chain.expected_accepted)
     lead = (f"; <b class='why-lead'>{tree.expected_accepted / alone - 1:+.0%}</b> over the better source alone"
             if alone > 0 else "")
-    notes = []
-    if (mass := children_mass(spine, branch)) > 1.0:
-        notes.append(f"A spine node's children are accepted with rates adding up to {mass:.2f}, more than 1: the "
-                     "model then counts more than any greedy walk can accept (it takes one child at most).")
-    note = "".join(f'<div style="color:#92400e">{html.escape(n)}</div>' for n in notes)
     return (f'<div class="why-verdict" style="font:15px sans-serif;padding:6px">Expected draft tokens accepted per '
             f'step (τ per step is one more, the bonus): optimal <b>{tree.expected_accepted:.2f}</b>, best balanced '
             f'<b>{tree.balanced.expected_accepted:.2f}</b> (k = {tree.balanced_k}), chain '
-            f'<b>{tree.chain.expected_accepted:.2f}</b>{lead}.{note}</div>')
+            f'<b>{tree.chain.expected_accepted:.2f}</b>{lead}.</div>')
 
 
 @dataclass
@@ -149,7 +152,7 @@ def draw(spine_rate: Any, spine_ratio: Any, spine_length: Any, branch_rate: Any,
             f"Expected accepted tokens vs the gap, budget {budget} (dotted: the sliders' {gap:.3g}x)",
             measured=point, at=gap)
         by_gap.update_xaxes(type="log", tickvals=list(GAPS))
-    return Model(verdict=verdict_html(tree, spine, branch),
+    return Model(verdict=verdict_html(tree),
                  optimal_tree=model_tree_iframe(tree, "optimal tree", TREE_HEIGHT),
                  balanced_tree=model_tree_iframe(tree.balanced, f"best balanced tree (k = {tree.balanced_k})",
                                                  TREE_HEIGHT),
@@ -175,6 +178,40 @@ def _fitted(measured: MeasuredRates) -> str:
                 f"{measured.mean_accepted + 1:.2f}) at a mean budget of {measured.mean_budget:.1f}: the diamonds."
                 if measured.mean_accepted is not None else "")
     return "; ".join(parts) + "." + gap + accepted
+
+
+def _rates(rates: list[float]) -> str:
+    more = ", …" if len(rates) > SHOWN_RATES else ""
+    return ", ".join(f"{rate:.2f}" for rate in rates[:SHOWN_RATES]) + more if rates else "none tried"
+
+
+def _miss(predicted: float, measured: int) -> str:
+    return f"expected {predicted:.1f}, took {measured}"
+
+
+def calibration_html(fit: Calibration) -> str:
+    """The rate model fitted to the run against the run, in words: pooled, by source, and where it misses most."""
+    predicted, measured = fit.pooled
+    error = "" if fit.error is None else f" (<b class='why-calibration-error'>{fit.error:+.0%}</b>)"
+    verdict = (f"within {CALIBRATION_TOLERANCE:.0%}, so the model explains this run" if fit.fits else
+               f"<b style='color:#b91c1c'>off by more than {CALIBRATION_TOLERANCE:.0%}</b>: the model does not "
+               "explain this run, and its trees below are a reading of the rates, not a forecast")
+    sources = "; ".join(f"{name} {_miss(*fit.by_source[source])}" for source, name in ((SPINE, "spine"),
+                                                                                     (BRANCH, "branches")))
+    lines = [f"Fitted to this run's {len(fit.measured)} steps, the model expects <b class='why-predicted'>"
+             f"{predicted:.1f}</b> accepted draft tokens where the run took <b class='why-measured'>{measured}</b>"
+             f"{error}: {verdict}.",
+             f"Its rates, by maximum likelihood: spine by depth {_rates(fit.model.spine)}; branches by rank "
+             f"{_rates(fit.model.branch)} (each once the spine child and the ranks before it failed). A node's "
+             f"children's chances add up to <b class='why-children-mass'>{fit.children_mass:.2f}</b> at most "
+             "(never past 1: the walk takes one child).",
+             f"By source: {sources}."]
+    if (depth := fit.worst_depth()) is not None:
+        steps = ", ".join(f"{i} ({_miss(fit.predicted[i], fit.measured[i])})" for i in fit.worst_steps())
+        lines.append(f"It misses most at depth <b class='why-worst-depth'>{depth}</b> "
+                     f"({_miss(*fit.by_depth[depth])} over the steps) and at steps {steps}.")
+    return ('<div class="why-calibration" style="font:14px sans-serif;padding:4px">'
+            + "".join(f"<div>{line}</div>" for line in lines) + "</div>")
 
 
 def split_line(step: Any) -> str:
@@ -204,12 +241,14 @@ def show_step(run: RunRecord | None, diagnosis: Any, index: Any) -> StepShown:
 
 @dataclass
 class Measured(StepShown):
-    """A run taken into the tab: the sliders set to its fitted rates, and its split."""
+    """A run taken into the tab: the model checked against it, the sliders set to its fitted rates, and its split."""
 
     run: RunRecord | None
     measured: MeasuredRates | None  # a gr.State: the run's point on the curves
     diagnosis: Any  # a gr.State: goose.diagnose's Diagnosis, None without one
     status: str
+    calibration: str  # the model against the run, in words (or why it cannot be checked)
+    calibration_chart: go.Figure | None
     split_status: str
     pooled: go.Figure | None
     steps: go.Figure | None
@@ -222,16 +261,24 @@ class Measured(StepShown):
 
 
 def measure(run: RunRecord | None) -> Measured:
-    """Fit the rate model to the run's steps (the sliders follow) and split its steps (goose.diagnose)."""
+    """Check the rate model fitted to the run against it (goose.optimal.calibration), fit the sliders' geometric
+    rates to its steps and split its steps (goose.diagnose)."""
     if run is None or not run.steps:
         return Measured(step_split="", step_tree=tree_iframe(None), run=None, measured=None, diagnosis=None,
-                        status=NO_RUN, split_status="", pooled=None, steps=None,
-                        step=gr.Slider(0, 1, value=0, interactive=False))
+                        status=NO_RUN, calibration=NO_CALIBRATION, calibration_chart=None, split_status="",
+                        pooled=None, steps=None, step=gr.Slider(0, 1, value=0, interactive=False))
     fit = measured_rates(run.steps)
     spine = ({"spine_rate": fit.spine[0], "spine_ratio": fit.spine[1], "spine_length": fit.spine_depth}
              if fit.spine else {})
     branch = dict(zip(("branch_rate", "branch_ratio"), fit.branch)) if fit.branch else {}
-    status = f"**{run.method}** on {run.model}, {len(run.steps)} steps. Fitted to its trees: {_fitted(fit)}"
+    status = (f"**{run.method}** on {run.model}, {len(run.steps)} steps. The sliders: a geometric fit (a rate and a "
+              f"factor per depth or rank) to its trees: {_fitted(fit)}")
+    try:
+        checked = calibration(run)
+        calibrated = {"calibration": calibration_html(checked), "calibration_chart": charts.calibration_chart(checked)}
+    except ValueError as error:  # a sampled run, or one that tried no draft node, says why
+        calibrated = {"calibration": f"<div class='why-calibration'><b>No check of the model:</b> "
+                                     f"{html.escape(str(error))}</div>", "calibration_chart": None}
     try:
         diagnosis = diagnose(run)
     except ValueError as error:  # a run that cannot be diagnosed (no replay data, sampled) says why
@@ -241,18 +288,20 @@ def measure(run: RunRecord | None) -> Measured:
         "split_status": SPLIT_HINT, "pooled": charts.pooled_split_chart(pooled_rows(diagnosis)),
         "steps": charts.step_split_chart(diagnosis.steps)}
     return Measured(**vars(show_step(run, diagnosis, 0)), run=run, measured=fit, diagnosis=diagnosis, status=status,
-                    step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), **split, **spine, **branch)
+                    step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0), **calibrated, **split,
+                    **spine, **branch)
 
 
 # ---------------------------------------------------------------- layout
 
 def why_tab(runs: dict[str, gr.State]) -> None:
     """Lay out the Why tab; `runs` names the states it can take a run from (e.g. Explore's and Replay's)."""
-    gr.Markdown("Why is the best tree a **spine**? Under the paper's model each source's guesses are accepted at "
-                "their own rate, falling (or not) with depth along the spine and with rank among a token's "
-                "successors; a node is accepted when its whole path is. For any rates the tree that accepts "
-                "the most tokens per step is found exactly (docs/METHOD.md, \"Why a spine\"). "
-                "Set the rates, or fit them to a run.")
+    gr.Markdown("Why is the best tree a **spine**? Under the rate model the target takes one token at each node: "
+                "the spine child with its rate (by depth), failing that each of the table's successors in rank "
+                "order with its own, so a node's children's chances never add up past 1; a node is accepted when "
+                "its whole path is. For any rates the tree that accepts the most tokens per step is found exactly "
+                "(docs/METHOD.md, \"Why a spine\"). Set the rates, or fit them to a run: the model is then first "
+                "checked against what the run accepted.")
     run = gr.State(None)
     measured = gr.State(None)
     diagnosis = gr.State(None)
@@ -276,6 +325,9 @@ def why_tab(runs: dict[str, gr.State]) -> None:
             source = gr.Radio(list(runs), value=next(iter(runs)), label="Run from", elem_id="why-source")
             use_run = gr.Button("Use this run's measured rates", variant="primary", elem_id="why-measure")
             status = gr.Markdown(NO_RUN, elem_id="why-status")
+    gr.Markdown("### The model against the run")
+    calibration_words = gr.HTML(NO_CALIBRATION, elem_id="why-calibration")
+    calibration_plot = gr.Plot(label="the fitted model against the run", elem_id="why-calibration-chart")
     first = draw(**DEFAULTS)  # the page opens drawn at the sliders' first setting
     verdict = gr.HTML(first.verdict, elem_id="why-verdict")
     with gr.Row():
@@ -301,6 +353,7 @@ def why_tab(runs: dict[str, gr.State]) -> None:
              "branch_rate": branch_rate,
              "branch_ratio": branch_ratio, "budget": budget}
     page = {**rates, "measured": measured, "run": run, "diagnosis": diagnosis, "status": status,
+            "calibration": calibration_words, "calibration_chart": calibration_plot,
             "verdict": verdict, "optimal_tree": optimal, "balanced_tree": balanced, "chain_tree": chain,
             "budget_chart": by_budget, "gap_chart": by_gap, "split_status": split_status, "pooled": pooled,
             "steps": steps, "step": step, "step_split": step_split, "step_tree": step_tree}

@@ -3,8 +3,8 @@
 The metric charts take `MethodMetrics` (goose.metrics), keep the methods in the
 order given and colour each method and each draft source the same way
 everywhere. A race is a suite of one prompt, so the same charts serve both.
-The what-if charts draw goose.whatif's counterfactual curves, the expected-length chart goose.optimal's, the split
-charts goose.diagnose's (taken / lost to the shape / lost to the sources).
+The what-if charts draw goose.whatif's counterfactual curves, the expected-length and calibration charts
+goose.optimal's, the split charts goose.diagnose's (taken / lost to the shape / lost to the sources).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from goose.metrics import BASELINE, MethodMetrics, ratio
-from goose.optimal import BUDGET_AXIS, GAP_AXIS, Curves, margin
+from goose.optimal import BUDGET_AXIS, GAP_AXIS, Calibration, Curves, margin
 from goose.tree import BRANCH, ROOT, SPINE
 
 METHOD_COLOURS = {"autoregressive": "#6b7280", "pld": "#a855f7", "recycling": "#06b6d4", "balanced": "#3b82f6",
@@ -289,6 +289,33 @@ def expected_length_chart(curves: Curves, title: str = "", measured: tuple[float
                     legend=True)
     figure.update_layout(height=HEIGHT + 60)
     return figure
+
+
+PREDICTED_COLOUR, TAKEN_COLOUR = "#111827", "#10b981"  # the rate model's prediction; what a run took
+
+
+def calibration_chart(calibration: Calibration) -> go.Figure:
+    """The rate model fitted to a run beside the run (goose.optimal.calibration): per step, the tokens it took (bars)
+    and the expected accepted length of its own tree under the model (dots); per depth, the tokens taken there and
+    the model's expectation, summed over the steps."""
+    figure = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.08,
+                           subplot_titles=("per step", "per depth, over the steps"))
+    steps = list(range(len(calibration.measured)))
+    depths = list(calibration.by_depth)
+    for col, x, taken, predicted, what in (
+            (1, steps, calibration.measured, calibration.predicted, "step"),
+            (2, depths, [m for _, m in calibration.by_depth.values()], [p for p, _ in calibration.by_depth.values()],
+             "depth")):
+        figure.add_trace(go.Bar(x=x, y=taken, name="taken", marker_color=TAKEN_COLOUR, showlegend=col == 1,
+                                hovertemplate=f"{what} %{{x}}: took %{{y}}<extra></extra>"), row=1, col=col)
+        figure.add_trace(go.Scatter(x=x, y=predicted, name="the model's expectation", mode="markers",
+                                    marker={"color": PREDICTED_COLOUR, "size": 7, "symbol": "line-ew-open",
+                                            "line": {"width": 3, "color": PREDICTED_COLOUR}}, showlegend=col == 1,
+                                    hovertemplate=f"{what} %{{x}}: expected %{{y:.2f}}<extra></extra>"),
+                         row=1, col=col)
+        figure.update_xaxes(title_text=what, row=1, col=col)
+    figure.update_layout(bargap=0.1, legend={"orientation": "h", "y": -0.3})
+    return _style(figure, "The fitted model against the run: tokens accepted", "tokens", legend=True)
 
 
 SPLIT_PARTS = {"taken": ("taken", "#10b981"), "lost_to_shape": ("lost to the shape", "#f97316"),

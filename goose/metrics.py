@@ -15,7 +15,8 @@ from here, so a figure means the same wherever it is shown. Definitions:
 - acceptance of a draft source = accepted / drafted tokens of that source, pooled over runs; by source and
   depth, the same per (source, depth in the tree) over a run's steps.
 - conditional acceptance (the rate model's, goose.optimal) = accepted / tried nodes, a node tried when its
-  parent was accepted (the root counts as accepted): spine nodes by depth, branch nodes by rank.
+  parent was accepted (the root counts as accepted) and no sibling before it was (the spine child first, then
+  the ranks): spine nodes by depth, branch nodes by rank.
 - accepted length of a step = draft tokens it accepted (the bonus token not counted).
 - lossless = the run's tokens equal the baseline's (autoregressive greedy) on the same prompt.
 - bandwidth achieved = parameter bytes x forward passes / wall seconds (a memory-bound yardstick).
@@ -136,21 +137,34 @@ def acceptance_by_source_and_depth(steps: Iterable[StepRecord]) -> dict[str, dic
             for source, by_depth in sorted(counts.items())}
 
 
+def branch_ranks(step: StepRecord) -> list[int]:
+    """Per node of the step's tree, a branch node's rank: its place among its parent's branch children in the
+    order they were drafted, which is the order of the table's row (1: the best successor left once the spine's
+    own next token is skipped); 0 for the root and spine nodes. So under one parent the spine child comes first,
+    then the ranks in order: the order goose.optimal's rate model tries a node's children in."""
+    drafted: Counter[int] = Counter()  # parent -> branch children drafted so far
+    ranks = [0]
+    for node in step.nodes[1:]:
+        if node.source == BRANCH:
+            drafted[node.parent] += 1
+        ranks.append(drafted[node.parent] if node.source == BRANCH else 0)
+    return ranks
+
+
 def acceptance_by_depth_and_rank(steps: Iterable[StepRecord]) -> dict[str, dict[int, tuple[int, int]]]:
     """The conditional acceptance the rate model (goose.optimal) speaks of, counted over the steps:
-    {SPINE: depth -> (accepted, tried), BRANCH: rank -> (accepted, tried)}. A node is tried when its parent was
-    accepted (status "accepted" or "rejected"; an unvisited node tells nothing). A branch node's rank is its
-    place among its parent's branch children in the order they were drafted, which is the order of the
-    table's row (1: the best successor left once the spine's own next token is skipped)."""
+    {SPINE: depth -> (accepted, tried), BRANCH: rank -> (accepted, tried)}. The walk takes one child of a node at
+    most, so a node is tried when its parent was accepted (status "accepted" or "rejected"; an unvisited node
+    tells nothing) and no sibling before it (the spine child, then lower ranks: branch_ranks) was: below an
+    accepted sibling a node's verdict tells nothing of its own chance, as the target's one choice went elsewhere."""
     counts: dict[str, dict[int, list[int]]] = {SPINE: defaultdict(lambda: [0, 0]), BRANCH: defaultdict(lambda: [0, 0])}
     for step in steps:
-        ranks: Counter[int] = Counter()  # parent -> branch children drafted so far
-        for node in step.nodes[1:]:
-            if node.source == BRANCH:
-                ranks[node.parent] += 1
-            key = node.depth if node.source == SPINE else ranks[node.parent]
-            if node.source in counts and node.status in ("accepted", "rejected"):
-                cell = counts[node.source][key]
+        ranks = branch_ranks(step)
+        taken = {step.nodes[node].parent: ranks[node] for node in step.accepted}  # parent -> its accepted child's place
+        for index, node in enumerate(step.nodes[1:], start=1):
+            tried = node.status in ("accepted", "rejected") and ranks[index] <= taken.get(node.parent, ranks[index])
+            if node.source in counts and tried:
+                cell = counts[node.source][node.depth if node.source == SPINE else ranks[index]]
                 cell[0] += node.status == "accepted"
                 cell[1] += 1
     return {source: {key: (cell[0], cell[1]) for key, cell in sorted(by_key.items())}

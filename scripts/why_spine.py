@@ -4,8 +4,9 @@
     python scripts/why_spine.py --html /tmp/why.html     # and the library's two charts, on one page
 
 The example is a quality gap of 6x, the paper's median: the spine accepted at every depth with probability
-0.72 given its parent was, the table's top successor with 0.12 and each next rank half as often as the one
-before (a spine node's children's rates add up to 0.96: at most one of them can be accepted). The page
+0.72 given its parent was, failing it the table's top successor with 0.12, and each next rank, once the ones
+before it failed, half as often as the one before (a spine node's children are exclusive outcomes: their
+chances add up to 0.78). The page
 needs no network (plotly's script is inlined). No PNG: plotly's image export needs kaleido, absent here.
 """
 

@@ -549,7 +549,7 @@ def test_why_draws_the_optimal_tree_beside_the_balanced_tree_and_the_chain_with_
 
 
 def test_why_fills_the_sliders_with_an_explore_runs_measured_rates_and_splits_its_steps(page) -> None:
-    from goose.optimal import measured_rates
+    from goose.optimal import calibration, measured_rates
 
     page.get_by_role("tab", name="Explore").click()
     page.locator("#explore-examples").get_by_role("button", name="Code completion").click()
@@ -569,6 +569,12 @@ def test_why_fills_the_sliders_with_an_explore_runs_measured_rates_and_splits_it
             assert _slider(page, slider) == value
     page.wait_for_function("() => document.querySelector('#why-budget-chart .js-plotly-plot').textContent"
                            ".includes('this run')")
+    checked = calibration(run)  # the model is checked against the run before its trees are drawn
+    predicted, measured = checked.pooled
+    page.wait_for_function("() => document.querySelector('#why-calibration').innerText.includes('the run took')")
+    assert (f"expects {predicted:.1f} accepted draft tokens where the run took {measured}"
+            in page.locator("#why-calibration").inner_text())
+    assert "the model's expectation" in _plot_text(page, "why-calibration-chart")
     _set_slider(page, "why-budget", 32)  # the budget the README's screenshot shows
     page.wait_for_function("() => document.querySelector('#why-gap-chart .js-plotly-plot').textContent"
                            ".includes('budget 32 (')")

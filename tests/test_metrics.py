@@ -158,7 +158,8 @@ def test_group_runs_keeps_first_appearance_order():
 
 def tree_step(budget: int = 8) -> StepRecord:
     """root -> spine a (accepted) -> spine b (rejected) -> spine c (unvisited); two branches under the root
-    (ranks 1 and 2, refused), one under a (rank 1, accepted) and one under a refused branch (unvisited)."""
+    (ranks 1 and 2, refused where the target took a), one under a (rank 1, accepted after b was refused) and one
+    under a refused branch (unvisited)."""
     from goose.trace import NodeRecord
 
     def node(source: str, parent: int, depth: int, status: str) -> NodeRecord:
@@ -178,5 +179,7 @@ def tree_step(budget: int = 8) -> StepRecord:
 
 def test_conditional_acceptance_counts_tried_nodes_by_spine_depth_and_branch_rank():
     counts = metrics.acceptance_by_depth_and_rank([tree_step(), tree_step()])
-    assert counts == {"spine": {1: (2, 2), 2: (0, 2)}, "branch": {1: (2, 4), 2: (0, 2)}}
+    # the root's branches come after its accepted spine child: the target's one choice there tells nothing of them
+    assert counts == {"spine": {1: (2, 2), 2: (0, 2)}, "branch": {1: (2, 2)}}
+    assert metrics.branch_ranks(tree_step()) == [0, 0, 1, 2, 0, 1, 0, 1]
     assert metrics.acceptance_by_depth_and_rank([]) == {"spine": {}, "branch": {}}

@@ -16,7 +16,7 @@ from app.callbacks import EXAMPLE_TRACES
 from app.outputs import KEEP
 from app.tree_view import model_tree_iframe
 from goose import charts
-from goose.optimal import GAP_AXIS, measured_rates, optimal_tree
+from goose.optimal import GAP_AXIS, calibration, measured_rates, optimal_tree
 from goose.trace import RunRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
@@ -69,11 +69,6 @@ def test_the_sliders_set_the_trees_and_a_source_at_zero_has_no_gap():
     assert expected_shown(deep.optimal_tree) >= expected_shown(deep.chain_tree)
 
 
-def test_rates_no_walk_could_follow_are_flagged():
-    assert "more than 1" not in why.draw(**why.DEFAULTS).verdict
-    assert "more than 1" in why.draw(0.9, 1.0, 64, 0.5, 1.0, 16).verdict
-
-
 def test_the_model_trees_are_drawn_offline_in_every_trees_style():
     tree = optimal_tree(16, *why.model_rates(0.72, 1.0, 64, 0.12, 0.5))
     frame = model_tree_iframe(tree, "optimal tree")
@@ -87,6 +82,7 @@ def test_the_model_trees_are_drawn_offline_in_every_trees_style():
 def test_without_a_run_the_tab_says_what_to_do():
     shown = why.measure(None)
     assert shown.status == why.NO_RUN and shown.run is None and shown.measured is None
+    assert shown.calibration == why.NO_CALIBRATION and shown.calibration_chart is None
     assert shown.spine_rate is KEEP and shown.branch_ratio is KEEP  # the sliders stay
 
 
@@ -166,3 +162,30 @@ def test_the_real_diagnosis_of_a_greedy_run_shows_per_step(run):
     taken = list(shown.steps.data[0].y)
     assert taken == [step.accepted_length for step in run.steps]
     assert "Step <b>0</b>" in shown.step_split
+
+
+def test_a_run_is_checked_against_the_model_before_its_trees_are_drawn(recorded):
+    fit = calibration(recorded)
+    shown = why.measure(recorded)
+    words = shown.calibration
+    predicted, measured = fit.pooled
+    assert f"expects <b class='why-predicted'>{predicted:.1f}</b>" in words
+    assert f"took <b class='why-measured'>{measured}</b>" in words and f"{fit.error:+.0%}" in words
+    assert f"<b class='why-children-mass'>{fit.children_mass:.2f}</b>" in words and fit.children_mass <= 1.0
+    assert ("the model explains this run" in words) == fit.fits
+    depth = fit.worst_depth()
+    assert f"misses most at depth <b class='why-worst-depth'>{depth}</b>" in words
+    assert f"at steps {fit.worst_steps()[0]} (" in words
+    chart = shown.calibration_chart
+    assert [list(trace.y) for trace in chart.data[:2]] == [fit.measured, fit.predicted]  # per step
+    assert [list(trace.y) for trace in chart.data[2:]] == [[m for _, m in fit.by_depth.values()],
+                                                           [p for p, _ in fit.by_depth.values()]]  # per depth
+    assert list(chart.data[2].x) == list(fit.by_depth)
+
+
+def test_a_run_the_model_cannot_be_checked_against_says_why(run):
+    sampled = RunRecord.from_json(run.to_json())
+    sampled.sampling = {"temperature": 0.8}
+    shown = why.measure(sampled)
+    assert "No check of the model" in shown.calibration and "greedy run" in shown.calibration
+    assert shown.calibration_chart is None and shown.spine_rate is not KEEP, "the sliders are fitted all the same"
