@@ -36,7 +36,8 @@ from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
-from goose.decode import METHODS, generate
+from goose.decode import generate
+from goose.drafters import available_methods, unavailable_methods
 from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
@@ -54,8 +55,9 @@ WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one recorded trace of goose per
 
 
 def bench_methods() -> tuple[str, ...]:
-    """Every method the bench can run: the library's registered methods, then transformers' own decoding."""
-    return (*METHODS, *HF_METHODS)
+    """Every method the bench can run here: the library's registered methods that can run here, then
+    transformers' own decoding."""
+    return (*available_methods(), *HF_METHODS)
 
 
 @dataclass
@@ -65,7 +67,7 @@ class BenchSettings:
     suite: str
     methods: tuple[str, ...] = field(default_factory=bench_methods)
     limit: int | None = None
-    budget: int | None = None  # None = "auto": whatever the library decides
+    budget: int | str | None = None  # None: each method's default budget (goose.Drafter.default_budget); or "auto"
     max_new_tokens: int = 128
     model: str | None = None
     threads: int = 2
@@ -84,6 +86,10 @@ def parse_methods(text: str) -> tuple[str, ...]:
     """A comma-separated method list, checked against the known methods (order kept, repeats dropped)."""
     known = bench_methods()
     methods = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    missing = unavailable_methods()
+    for name in methods:
+        if name in missing:
+            raise ValueError(missing[name])
     unknown = [name for name in methods if name not in known]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -119,7 +125,7 @@ class ForwardCounter:
 
 
 def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
-                     budget: int | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
+                     budget: int | str | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
     """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
     run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
                    seed=sum(map(ord, prompt.id)) if temperature else None, head=head)
@@ -153,7 +159,7 @@ def run_transformers(goose_model: GooseModel, prompt: BenchPrompt, text: str, me
 
 
 def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
-            budget: int | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
+            budget: int | str | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
     """One prompt x method, whichever implementation the method lives in, with a stopwatch around the call."""
     text = format_prompt(goose_model.tokenizer, prompt)
     start = time.perf_counter()
@@ -210,7 +216,7 @@ def diagnose_runs(goose_model: GooseModel, prompt: BenchPrompt, timed: Sequence[
                                                                settings.max_new_tokens, settings.budget, settings.head))
 
 
-def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
+def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | str | None,
             temperature: float = 0.0, head: str = "auto") -> None:
     """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
     for method in methods:
@@ -218,7 +224,7 @@ def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str]
 
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
-               budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
+               budget: int | str | None, on_run: Callable[[BenchRun], None] = lambda run: None,
                temperature: float = 0.0, head: str = "auto") -> list[BenchRun]:
     """Every method in turn on one prompt (the interleaving), each checked against autoregressive
     (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""
