@@ -33,7 +33,7 @@ from goose.assets import ASSETS
 from goose.budget import interpolate_cost
 from goose.check import CheckCancelled, run_what_if
 from goose.config import GooseConfig
-from goose.drafters import METHODS, Balanced, SpineTree
+from goose.drafters import METHODS, Balanced, SpineTree, available_methods
 from goose.model import GooseModel
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.whatif import NoReplayDataError, RunWhatIf, WhatIf, best_budget, sweep, what_if
@@ -50,8 +50,8 @@ NO_RUN = "Open a run here: generate one in **Explore**, or open a trace in **Rep
 
 
 def lab_methods() -> list[str]:
-    """The registered methods that draft a tree (the baseline has none to rebuild)."""
-    return [name for name, drafter in METHODS.items() if drafter.speculative]
+    """The registered methods that draft a tree (the baseline has none to rebuild) and can run here."""
+    return [name for name in available_methods() if METHODS[name].speculative]
 
 
 def _fail(message: str) -> str:
