@@ -122,9 +122,10 @@ class Generation:
             self.run.steps.append(step)
             self._notify("stepped", step, verification)
             self._clock()
+            if done:  # before the last step is handed out: a caller may stop iterating at it
+                self._remember()
             yield step
             if done:
-                self._remember()
                 return
             path = [anchor, *new_tokens]
             anchor, before_anchor = path[-1], path[-2]
