@@ -354,7 +354,8 @@ def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "
     prompt: text (encoded with the tokenizer's special tokens) or token ids, used as they are.
     Keyword arguments: stop, temperature, top_k, top_p, seed, config, head, record_sources
     (keep what a replay needs, for goose.what_if), shadow_budget (with them, rows for replays at bigger
-    budgets: check_request), and any GooseConfig field as an override.
+    budgets: check_request), store (past outputs the suffix methods draft from: check_request), and any
+    GooseConfig field as an override.
     Bad input raises before any work. The run's wall time starts here.
     """
     started = time.perf_counter()
