@@ -31,7 +31,7 @@ from goose.tree import (
     build_recycling_tree,
     build_suffix_tree,
 )
-from goose.validate import MAX_BUDGET
+from goose.validate import AUTO, MAX_BUDGET
 
 
 class Successors(Protocol):
@@ -84,7 +84,7 @@ class Drafter:
     uses_adjacency: ClassVar[bool] = False
     uses_suffix: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
-    default_budget: ClassVar[int | str] = "auto"
+    default_budget: ClassVar[int | str] = AUTO
     shape_grid: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, config: GooseConfig, tuner: BudgetTuner | None = None) -> None:
