@@ -69,6 +69,7 @@ def unavailable_note() -> str:
     """The registered methods this server cannot run, each with its reason ("" when it runs them all)."""
     return "".join(f"*{reason}*\n\n" for reason in goose.unavailable_methods().values())
 
+
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
 STREAM_INTERVAL_S = 0.15  # how often a streaming run refreshes the page
