@@ -362,6 +362,8 @@ def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "
     request = check_request(prompt, method, max_new_tokens, budget, **kwargs)
     if not isinstance(request.prompt, str):
         goose_model.check_token_ids(request.prompt)
+    for i, output in enumerate(request.store.outputs if request.store is not None else ()):
+        goose_model.check_token_ids(output, f"the token ids of output {i} in store {request.store.name!r}")
     return Generation(model_target(goose_model, request), request, started, recorders(request))
 
 

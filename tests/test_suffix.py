@@ -269,6 +269,11 @@ def test_a_bad_store_is_refused_in_one_line(models):
         goose.SuffixStore("s", [[1, -2]])
     with pytest.raises(InputError, match="max_outputs must be a whole number >= 1"):
         goose.SuffixStore("s", max_outputs=0)
+    vocabulary = models[0].model.config.vocab_size
+    other = goose.SuffixStore("other", [[1], [1, 2, vocabulary]])
+    with pytest.raises(InputError, match=f"^the token ids of output 1 in store 'other' must be below the model's "
+                                         f"vocabulary size {vocabulary}: id {vocabulary} at position 2 is not$"):
+        goose.stream(models[0], PROMPT, "suffix", store=other)
 
 
 def test_the_default_budget_is_vllms_and_auto_tunes_it(models):
