@@ -2,7 +2,7 @@
 
 Each Gradio event calls one function here; `ui.py` only lays the page out and
 wires events to these. Bad input raises gr.Error with a message meant for the
-person at the keyboard; nothing here keeps per-user state (runs, and the store of
+person at the keyboard; nothing here keeps per-user state (runs, and the stores of
 past outputs the suffix methods draft from, travel in gr.State).
 """
 
@@ -46,7 +46,8 @@ STOPS = StopSwitches()  # the Stop switch of every session of this server proces
 # always raced: the baseline, the control (isotropic tree) and the spine tree
 RACE_METHODS = (metrics.BASELINE, Balanced.name, SpineTree.name)
 SESSION_STORE = "this visitor's session"  # the name a visitor's suffix runs record for the outputs they drafted from
-STORE_OUTPUTS = 32  # the most past outputs a session keeps for the suffix methods (the oldest dropped first)
+STORE_OUTPUTS = 32  # the most past outputs a session keeps per model for the suffix methods (the oldest dropped first)
+Stores = dict[str, goose.SuffixStore]  # a session's stores of past outputs, by model name
 
 
 def extra_race_methods() -> list[str]:
@@ -54,15 +55,18 @@ def extra_race_methods() -> list[str]:
     return [method for method in goose.available_methods() if method not in RACE_METHODS]
 
 
-def session_store() -> goose.SuffixStore:
-    """A visitor's own store of past outputs (the initial value of a gr.State, so each session gets its own): the
-    suffix methods draft from the outputs of this session's earlier runs, never from another visitor's."""
-    return goose.SuffixStore(SESSION_STORE, max_outputs=STORE_OUTPUTS)
+def session_stores() -> Stores:
+    """A visitor's own stores of past outputs, one per model (the initial value of a gr.State, so each session gets
+    its own): the suffix methods draft from the outputs of this session's earlier runs on the same model, never from
+    another visitor's, nor from another model's token ids."""
+    return {}
 
 
-def store_for(method: str, store: goose.SuffixStore | None) -> goose.SuffixStore | None:
-    """The store a run of `method` reads: the session's for a suffix method, none for the others."""
-    return store if store is not None and goose.METHODS[method].uses_suffix else None
+def model_store(stores: Stores | None, model: goose.GooseModel) -> goose.SuffixStore | None:
+    """The session's store of past outputs on `model` (made on first use); None without stores."""
+    if stores is None:
+        return None
+    return stores.setdefault(model.name, goose.SuffixStore(SESSION_STORE, max_outputs=STORE_OUTPUTS))
 
 
 def unavailable_note() -> str:
@@ -177,9 +181,9 @@ class RunView:
 
 @dataclass
 class ExploreView(RunView):
-    """Explore's run viewer and the session's store of past outputs, which a suffix run adds its output to."""
+    """Explore's run viewer and the session's stores of past outputs, which a suffix run adds its output to."""
 
-    store: goose.SuffixStore | Keep = KEEP
+    stores: Stores | Keep = KEEP
 
 
 @dataclass
@@ -310,20 +314,19 @@ def arm(session: str | None) -> None:
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
             max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
             seed: Any = None, full_head: bool = False, session: str | None = None, *,
-            limits: Limits = DEFAULT_LIMITS, store: goose.SuffixStore | None = None) -> Iterator[RunView]:
+            limits: Limits = DEFAULT_LIMITS, stores: Stores | None = None) -> Iterator[RunView]:
     """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
 
     Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
     hovering a tried node shows the probability it was accepted with. The session's Stop button
     or the server's time limit end the run between two steps; what was generated stays.
-    A suffix method drafts from the session's `store` too, and gives it the run's output once the run ends
-    (the last view hands the store back to the session's state)."""
+    A suffix method drafts from the session's store for the model (`stores`) too, and gives it the run's output
+    once the run ends (the last view hands the stores back to the session's state)."""
     prompt = check_prompt(prompt)
     with refused():
         validate.choice("method", method, list(goose.METHODS))
         if reason := goose.METHODS[method].unavailable():
             raise validate.InputError(reason)
-    reads = store_for(method, store)
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
     sampling = parse_sampling(temperature, top_k, top_p, seed, limits)
@@ -340,6 +343,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         yield RunView(stats=stats_html(None, status))
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
+    reads = model_store(stores, model) if goose.METHODS[method].uses_suffix else None
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
                         head=head, store=reads, **sampling)
     guard = RunGuard(STOPS, session, limits.max_run_s)
@@ -353,7 +357,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     finally:
         guard.release()
     run = generation.run
-    yield ExploreView(**vars(view_run(run, run_status(run, limits))), store=KEEP if reads is None else reads)
+    yield ExploreView(**vars(view_run(run, run_status(run, limits))), stores=KEEP if reads is None else stores)
 
 
 # ---------------------------------------------------------------- Replay
@@ -413,7 +417,7 @@ class RaceView:
     badge: str  # lossless or not, and a note when the race was cut short
     lanes: str  # the runs replayed side by side at their measured pace
     download: gr.DownloadButton  # the race as a JSON race trace
-    store: goose.SuffixStore | Keep = KEEP  # the session's store of past outputs, once a suffix lane added to it
+    stores: Stores | Keep = KEEP  # the session's stores of past outputs, once a suffix lane added to one
 
 
 RACE_COLUMNS = ["method", "new tokens", "forward passes", "τ", "tokens/s", "wall s", "speed-up",
@@ -475,12 +479,13 @@ def race_status(runs: dict[str, RunRecord], methods: list[str], limits: Limits) 
 def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: list[str] | None, budget: Any,
          max_new_tokens: Any, full_head: bool = False, session: str | None = None,
          progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS,
-         store: goose.SuffixStore | None = None) -> RaceView:
+         stores: Stores | None = None) -> RaceView:
     """Run the same prompt through each method (same model, budget, head, greedy) and compare them.
 
     Stop or the server's time limit (for the whole race) end the current method between two steps
-    and skip the rest; what ran is shown. The suffix lanes all read the session's `store` as it was when the race
-    started (none drafts from another lane's output); the first of them to finish gives it its output."""
+    and skip the rest; what ran is shown. The suffix lanes all read the session's store for the model (`stores`)
+    as it was when the race started (none drafts from another lane's output); the first of them to finish gives it
+    its output."""
     prompt = check_prompt(prompt)
     extra_methods = [] if extra_methods is None else extra_methods
     with refused():
@@ -500,6 +505,8 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     progress(0.02, desc="warming up")
     goose.generate(model, prompt, metrics.BASELINE, 2, head=head)  # builds the head once, outside every racer
     runs: dict[str, RunRecord] = {}
+    suffix_lanes = [method for method in methods if goose.METHODS[method].uses_suffix]
+    store = model_store(stores, model) if suffix_lanes else None
     fixed = goose.SuffixStore.from_snapshot(store.snapshot()) if store is not None else None
     guard = RunGuard(STOPS, session, limits.max_run_s)
     try:
@@ -507,15 +514,16 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
             if runs and guard.reason():
                 break
             progress((i, len(methods)), desc=f"racing {method}", unit="methods")
-            generation = _start(model, prompt, method, limit, nodes, head=head, store=store_for(method, fixed))
+            reads = fixed if method in suffix_lanes else None
+            generation = _start(model, prompt, method, limit, nodes, head=head, store=reads)
             for _ in guard.steps(generation):
                 pass
             runs[method] = generation.run
     finally:
         guard.release()
-    finished = [run for method, run in runs.items()
-                if store_for(method, fixed) and run.stop_reason not in (STOPPED, TIME_LIMIT)]
-    if finished and store.remember:
+    finished = [runs[method] for method in suffix_lanes
+                if method in runs and runs[method].stop_reason not in (STOPPED, TIME_LIMIT)]
+    if store is not None and finished and store.remember:
         store.add(finished[0].tokens)
     progress((len(methods), len(methods)), desc="drawing charts", unit="methods")
     raced = metrics.race_metrics(runs)
@@ -524,4 +532,4 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
                     sources=charts.acceptance_chart(raced), table=race_table(runs),
                     badge=race_status(runs, methods, limits), lanes=lanes_iframe(runs),
                     download=gr.DownloadButton(value=save_race_trace(runs), interactive=True),
-                    store=store if finished else KEEP)
+                    stores=stores if store is not None and finished else KEEP)

@@ -1,7 +1,7 @@
 """The page, declared top-down as it appears: Explore, Race, Replay, Lab, Why.
 
 Only layout and wiring live here; every event calls a plain function from
-`app.callbacks`. Per-user data (the run being browsed, the store of past outputs the
+`app.callbacks`. Per-user data (the run being browsed, the stores of past outputs the
 suffix methods draft from) lives in gr.State; the shared objects are the model registry,
 which locks its loads, and the Stop switches, keyed by session. Runs go through one
 queue ("model", one at a time), so two visitors never run the model at once and each
@@ -39,7 +39,7 @@ OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_
 RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
 GPU_MARGIN_S = 30  # a GPU call's time beyond the run's limit: warming a fresh ZeroGPU worker, drawing the trees
 METHOD_INFO = ("suffix and suffix-path (SuffixDecoding) draft from this run's prompt and output and from your "
-               "earlier runs in this session, never from another visitor's.")
+               "earlier runs on the same model in this session, never from another visitor's.")
 FULL_HEAD_LABEL = "Textbook float32 LM head"
 FULL_HEAD_INFO = ("Off: every method uses the fastest exact head on this machine (the float32 argmax through an "
                   "int8 or a bf16 screen, or plain float32; or two of them, each on the calls it is faster for). "
@@ -134,17 +134,17 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     @cancellable
     @gpu
     def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
-                    top_k: float, top_p: float, seed: str, full_head: bool, store: goose.SuffixStore,
+                    top_k: float, top_p: float, seed: str, full_head: bool, stores: callbacks.Stores,
                     request: gr.Request):
         yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
-                                     seed, full_head, session_of(request), limits=limits, store=store)
+                                     seed, full_head, session_of(request), limits=limits, stores=stores)
 
     @cancellable
     @gpu
     def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, full_head: bool,
-                 store: goose.SuffixStore, request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
+                 stores: callbacks.Stores, request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
         return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
-                              progress, limits=limits, store=store)
+                              progress, limits=limits, stores=stores)
 
     @cancellable
     @gpu
@@ -165,8 +165,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     with gr.Blocks(title="Goose — spine speculation trees", delete_cache=(900, 3600)) as demo:
         gr.Markdown(INTRO)
         gr.Markdown(limits.describe(), elem_id="limits")
-        # the visitor's own past outputs, which the suffix methods draft from (each session starts with none)
-        store = gr.State(callbacks.session_store)
+        # the visitor's own past outputs, per model, which the suffix methods draft from (each session starts with none)
+        stores = gr.State(callbacks.session_stores)
         with gr.Tabs():
             with gr.Tab("Explore", id="explore"):
                 with gr.Row():
@@ -197,10 +197,10 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                             go_button = gr.Button("Run", variant="primary", elem_id="explore-run")
                             stop_button = gr.Button("Stop", variant="stop", elem_id="explore-stop")
                 explore = run_viewer("explore")
-                explored = {**explore.components, "store": store}
+                explored = {**explore.components, "stores": stores}
                 go_button.click(arm, None, None, api_visibility="private", **instant).then(
                     bound(run_explore, explored),
-                    [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head, store],
+                    [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head, stores],
                     outputs(callbacks.ExploreView, explored), api_name="explore", **as_sent, **model_queue)
                 stop_button.click(stop, None, None, api_name="stop", **instant)
 
@@ -245,10 +245,10 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                      elem_id="race-table")
                 race_board = {"badge": badge, "lanes": lanes, "download": race_download, "speed": speed, "tau": tau,
                               "speedup": speedup, "lengths": lengths, "sources": sources, "table": table,
-                              "store": store}
+                              "stores": stores}
                 race_button.click(arm, None, None, api_visibility="private", **instant).then(
                     bound(run_race, race_board),
-                    [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head, store],
+                    [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head, stores],
                     outputs(callbacks.RaceView, race_board), api_name="race", **as_sent, **model_queue)
                 race_stop.click(stop, None, None, api_visibility="undocumented", **instant)
 

@@ -152,38 +152,41 @@ def _trees(run: goose.RunRecord) -> list[tuple]:
 
 
 def test_a_visitors_suffix_runs_draft_from_their_own_session_only(registry: ModelRegistry) -> None:
-    """Each session has its own store: Alice's second run drafts from her first; Bob's runs never see hers, and his
-    race lanes all read his store as the race found it."""
-    alice, bob = callbacks.session_store(), callbacks.session_store()
-    first = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, store=alice))
-    assert first.store is alice and alice.outputs == [first.run.tokens], "handed back to the session's state"
-    again = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, store=alice))
+    """Each session has its own stores, one per model: Alice's second run drafts from her first; Bob's runs never see
+    hers, his race lanes all read his store as the race found it, and another model's runs read another store."""
+    alice, bob = callbacks.session_stores(), callbacks.session_stores()
+    llama = registry.get("tiny-llama").name
+    first = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=alice))
+    assert first.stores is alice and alice[llama].outputs == [first.run.tokens], "handed back to the session"
+    again = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=alice))
     assert again.run.store == {"name": callbacks.SESSION_STORE, "outputs": [first.run.tokens]}
     assert again.run.totals.tau > first.run.totals.tau and again.run.tokens == first.run.tokens
-    bobs = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, store=bob))
+    bobs = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=bob))
     assert bobs.run.store["outputs"] == [] and _trees(bobs.run) == _trees(first.run)
-    goose_run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, store=bob))
-    assert goose_run.store is KEEP and goose_run.run.store is None and len(bob.outputs) == 1
+    goose_run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, stores=bob))
+    assert goose_run.stores is KEEP and goose_run.run.store is None and len(bob[llama].outputs) == 1
     raced = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["suffix", "suffix-path"], "25", 24,
-                           progress=lambda *a, **k: None, store=bob)
+                           progress=lambda *a, **k: None, stores=bob)
     runs = load_race(raced.download.value["path"])
     assert runs["suffix"].store == runs["suffix-path"].store == {"name": callbacks.SESSION_STORE,
                                                                  "outputs": [bobs.run.tokens]}
     assert list(raced.table["same tokens as AR"]) == ["yes"] * 5 and raced.table["suffix acc."].iloc[-1] != "–"
-    assert raced.store is bob and bob.outputs == [bobs.run.tokens, runs["suffix"].tokens], "one output per race"
-    assert alice.outputs == [first.run.tokens] * 2, "nothing of Bob's reaches Alice"
+    assert raced.stores is bob and bob[llama].outputs == [bobs.run.tokens, runs["suffix"].tokens], "one per race"
+    gemma = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "suffix", "25", 24, stores=bob))
+    assert gemma.run.store["outputs"] == [] and len(bob) == 2, "another model drafts from its own store"
+    assert list(alice) == [llama] and alice[llama].outputs == [first.run.tokens] * 2, "nothing of Bob's is Alice's"
 
 
-def test_each_session_starts_with_its_own_empty_store(registry: ModelRegistry) -> None:
+def test_each_session_starts_with_its_own_empty_stores(registry: ModelRegistry) -> None:
     from gradio.state_holder import SessionState
 
     from app.ui import build_app
 
     demo = build_app(registry, "tiny-llama")
     state = next(block for block in demo.blocks.values()
-                 if isinstance(block, gr.State) and block.value is callbacks.session_store)
+                 if isinstance(block, gr.State) and block.value is callbacks.session_stores)
     first, second = SessionState(demo)[state._id], SessionState(demo)[state._id]
-    assert isinstance(first, goose.SuffixStore) and first is not second and first.outputs == second.outputs == []
+    assert first == second == {} and first is not second
 
 
 def test_full_head_checkbox_reaches_explore_and_every_racer(registry: ModelRegistry) -> None:
