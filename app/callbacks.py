@@ -2,8 +2,8 @@
 
 Each Gradio event calls one function here; `ui.py` only lays the page out and
 wires events to these. Bad input raises gr.Error with a message meant for the
-person at the keyboard; nothing here keeps per-user state (runs travel in
-gr.State).
+person at the keyboard; nothing here keeps per-user state (runs, and the stores of
+past outputs the suffix methods draft from, travel in gr.State).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from goose import charts, metrics, validate
 from goose.assets import ASSETS
 from goose.drafters import Balanced, SpineTree
 from goose.trace import RunRecord, read_text
-from goose.tree import BRANCH, SPINE
+from goose.tree import BRANCH, SPINE, SUFFIX
 
 DEFAULT_LIMITS = Limits()
 MAX_BUDGET = DEFAULT_LIMITS.max_budget
@@ -45,11 +45,34 @@ ON_THIS_SERVER = " on this server"  # follows a rule whose bound is the operator
 STOPS = StopSwitches()  # the Stop switch of every session of this server process
 # always raced: the baseline, the control (isotropic tree) and the spine tree
 RACE_METHODS = (metrics.BASELINE, Balanced.name, SpineTree.name)
+SESSION_STORE = "this visitor's session"  # the name a visitor's suffix runs record for the outputs they drafted from
+STORE_OUTPUTS = 32  # the most past outputs a session keeps per model for the suffix methods (the oldest dropped first)
+Stores = dict[str, goose.SuffixStore]  # a session's stores of past outputs, by model name
 
 
 def extra_race_methods() -> list[str]:
-    """Every other registered method, offered as an extra racer."""
-    return [method for method in goose.METHODS if method not in RACE_METHODS]
+    """Every other registered method that can run here, offered as an extra racer."""
+    return [method for method in goose.available_methods() if method not in RACE_METHODS]
+
+
+def session_stores() -> Stores:
+    """A visitor's own stores of past outputs, one per model (the initial value of a gr.State, so each session gets
+    its own): the suffix methods draft from the outputs of this session's earlier runs on the same model, never from
+    another visitor's, nor from another model's token ids."""
+    return {}
+
+
+def model_store(stores: Stores | None, model: goose.GooseModel) -> goose.SuffixStore | None:
+    """The session's store of past outputs on `model` (made on first use); None without stores."""
+    if stores is None:
+        return None
+    return stores.setdefault(model.name, goose.SuffixStore(SESSION_STORE, max_outputs=STORE_OUTPUTS))
+
+
+def unavailable_note() -> str:
+    """The registered methods this server cannot run, each with its reason ("" when it runs them all)."""
+    return "".join(f"*{reason}*\n\n" for reason in goose.unavailable_methods().values())
+
 
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
@@ -69,8 +92,9 @@ def refused() -> Iterator[None]:
         raise gr.Error(str(error), print_exception=False) from None  # the visitor's mistake, not the server's
 
 
-def parse_budget(value: Any, limit: int = MAX_BUDGET) -> int | None:
-    """The node budget from the budget box: None for "auto"/blank (the library's default), else 1..limit."""
+def parse_budget(value: Any, limit: int = MAX_BUDGET) -> int | str | None:
+    """The node budget from the budget box: "auto" (the tuner's pick every step), None for blank (the method's
+    default), else 1..limit."""
     with refused():
         return validate.parse_budget(value, limit, where=ON_THIS_SERVER)
 
@@ -134,7 +158,7 @@ def head_kind(full_head: Any) -> str:
 
 
 def _start(model: goose.GooseModel, prompt: str, method: str, max_new_tokens: int,
-           budget: int | None, **sampling: Any) -> goose.Generation:
+           budget: int | str | None, **sampling: Any) -> goose.Generation:
     try:
         return goose.stream(model, prompt, method, max_new_tokens, budget, **sampling)
     except (ValueError, TypeError) as error:
@@ -153,6 +177,13 @@ class RunView:
     step: gr.Slider | int | Keep = KEEP  # the step scrubber, or just its position
     tree: str | Keep = KEEP  # the tree of the step on the scrubber
     download: gr.DownloadButton | Keep = KEEP  # the run's JSON trace
+
+
+@dataclass
+class ExploreView(RunView):
+    """Explore's run viewer and the session's stores of past outputs, which a suffix run adds its output to."""
+
+    stores: Stores | Keep = KEEP
 
 
 @dataclass
@@ -283,15 +314,19 @@ def arm(session: str | None) -> None:
 def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, budget: Any,
             max_new_tokens: Any, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
             seed: Any = None, full_head: bool = False, session: str | None = None, *,
-            limits: Limits = DEFAULT_LIMITS) -> Iterator[RunView]:
+            limits: Limits = DEFAULT_LIMITS, stores: Stores | None = None) -> Iterator[RunView]:
     """Stream one run: coloured text and counters as steps arrive, then the trees and the trace download.
 
     Temperature 0 is greedy; above it drafts are accepted by the lossless sampling rule, and
     hovering a tried node shows the probability it was accepted with. The session's Stop button
-    or the server's time limit end the run between two steps; what was generated stays."""
+    or the server's time limit end the run between two steps; what was generated stays.
+    A suffix method drafts from the session's store for the model (`stores`) too, and gives it the run's output
+    once the run ends (the last view hands the stores back to the session's state)."""
     prompt = check_prompt(prompt)
     with refused():
         validate.choice("method", method, list(goose.METHODS))
+        if reason := goose.METHODS[method].unavailable():
+            raise validate.InputError(reason)
     nodes = parse_budget(budget, limits.max_budget)
     limit = parse_max_new_tokens(max_new_tokens, limits.max_new_tokens)
     sampling = parse_sampling(temperature, top_k, top_p, seed, limits)
@@ -308,8 +343,9 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
         yield RunView(stats=stats_html(None, status))
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
+    reads = model_store(stores, model) if goose.METHODS[method].uses_suffix else None
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
-                        head=head, **sampling)
+                        head=head, store=reads, **sampling)
     guard = RunGuard(STOPS, session, limits.max_run_s)
     last_yield = 0.0
     try:
@@ -321,7 +357,7 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     finally:
         guard.release()
     run = generation.run
-    yield view_run(run, run_status(run, limits))
+    yield ExploreView(**vars(view_run(run, run_status(run, limits))), stores=KEEP if reads is None else stores)
 
 
 # ---------------------------------------------------------------- Replay
@@ -381,10 +417,11 @@ class RaceView:
     badge: str  # lossless or not, and a note when the race was cut short
     lanes: str  # the runs replayed side by side at their measured pace
     download: gr.DownloadButton  # the race as a JSON race trace
+    stores: Stores | Keep = KEEP  # the session's stores of past outputs, once a suffix lane added to one
 
 
 RACE_COLUMNS = ["method", "new tokens", "forward passes", "τ", "tokens/s", "wall s", "speed-up",
-                "mean accepted", "spine acc.", "branch acc.", "same tokens as AR"]
+                "mean accepted", "spine acc.", "branch acc.", "suffix acc.", "same tokens as AR"]
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -395,7 +432,7 @@ def race_table(runs: dict[str, RunRecord]) -> pd.DataFrame:
     """One row of numbers per method, every one from goose.metrics (the bench's summary reads the same)."""
     rows = []
     for m in metrics.race_metrics(runs):
-        rates = [m.acceptance.get(source) for source in (SPINE, BRANCH)]
+        rates = [m.acceptance.get(source) for source in (SPINE, BRANCH, SUFFIX)]
         rows.append([m.method, m.new_tokens, m.forward_passes, _rounded(m.tau, 2), round(m.tokens_per_s, 1),
                      round(m.wall_s, 2), _rounded(m.speedup_pooled, 2), _rounded(m.mean_accepted_length, 2),
                      *("–" if r is None else f"{r:.1%}" for r in rates),
@@ -441,11 +478,14 @@ def race_status(runs: dict[str, RunRecord], methods: list[str], limits: Limits) 
 
 def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: list[str] | None, budget: Any,
          max_new_tokens: Any, full_head: bool = False, session: str | None = None,
-         progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> RaceView:
+         progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS,
+         stores: Stores | None = None) -> RaceView:
     """Run the same prompt through each method (same model, budget, head, greedy) and compare them.
 
     Stop or the server's time limit (for the whole race) end the current method between two steps
-    and skip the rest; what ran is shown."""
+    and skip the rest; what ran is shown. The suffix lanes all read the session's store for the model (`stores`)
+    as it was when the race started (none drafts from another lane's output); the first of them to finish gives it
+    its output."""
     prompt = check_prompt(prompt)
     extra_methods = [] if extra_methods is None else extra_methods
     with refused():
@@ -465,22 +505,31 @@ def race(registry: ModelRegistry, prompt: str, model_name: str, extra_methods: l
     progress(0.02, desc="warming up")
     goose.generate(model, prompt, metrics.BASELINE, 2, head=head)  # builds the head once, outside every racer
     runs: dict[str, RunRecord] = {}
+    suffix_lanes = [method for method in methods if goose.METHODS[method].uses_suffix]
+    store = model_store(stores, model) if suffix_lanes else None
+    fixed = goose.SuffixStore.from_snapshot(store.snapshot()) if store is not None else None
     guard = RunGuard(STOPS, session, limits.max_run_s)
     try:
         for i, method in enumerate(methods):
             if runs and guard.reason():
                 break
             progress((i, len(methods)), desc=f"racing {method}", unit="methods")
-            generation = _start(model, prompt, method, limit, nodes, head=head)
+            reads = fixed if method in suffix_lanes else None
+            generation = _start(model, prompt, method, limit, nodes, head=head, store=reads)
             for _ in guard.steps(generation):
                 pass
             runs[method] = generation.run
     finally:
         guard.release()
+    finished = [runs[method] for method in suffix_lanes
+                if method in runs and runs[method].stop_reason not in (STOPPED, TIME_LIMIT)]
+    if store is not None and finished and store.remember:
+        store.add(finished[0].tokens)
     progress((len(methods), len(methods)), desc="drawing charts", unit="methods")
     raced = metrics.race_metrics(runs)
     return RaceView(speed=charts.tokens_per_second_chart(raced), tau=charts.tau_chart(raced),
                     speedup=charts.speedup_chart(raced), lengths=charts.accepted_length_chart(raced),
                     sources=charts.acceptance_chart(raced), table=race_table(runs),
                     badge=race_status(runs, methods, limits), lanes=lanes_iframe(runs),
-                    download=gr.DownloadButton(value=save_race_trace(runs), interactive=True))
+                    download=gr.DownloadButton(value=save_race_trace(runs), interactive=True),
+                    stores=stores if store is not None and finished else KEEP)

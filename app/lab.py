@@ -33,7 +33,7 @@ from goose.assets import ASSETS
 from goose.budget import interpolate_cost
 from goose.check import CheckCancelled, run_what_if
 from goose.config import GooseConfig
-from goose.drafters import METHODS, Balanced, SpineTree
+from goose.drafters import METHODS, Balanced, SpineTree, available_methods
 from goose.model import GooseModel
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.whatif import NoReplayDataError, RunWhatIf, WhatIf, best_budget, sweep, what_if
@@ -50,8 +50,8 @@ NO_RUN = "Open a run here: generate one in **Explore**, or open a trace in **Rep
 
 
 def lab_methods() -> list[str]:
-    """The registered methods that draft a tree (the baseline has none to rebuild)."""
-    return [name for name, drafter in METHODS.items() if drafter.speculative]
+    """The registered methods that draft a tree (the baseline has none to rebuild) and can run here."""
+    return [name for name in available_methods() if METHODS[name].speculative]
 
 
 def _fail(message: str) -> str:
@@ -128,11 +128,20 @@ def replay_whole(run: RunRecord, settings: dict[str, Any]) -> RunWhatIf:
     return run_what_if(run, **settings)
 
 
+def sweep_methods(run: RunRecord) -> tuple[str, ...]:
+    """The methods the budget sweep replays `run` under: goose and balanced, from the adjacency table the run kept;
+    a suffix run kept none, and is swept under its own two methods, which draft from the text (and the store it
+    recorded) alone."""
+    if METHODS[run.method].uses_suffix:
+        return tuple(name for name, drafter in METHODS.items() if drafter.uses_suffix)
+    return SWEEP_METHODS
+
+
 def estimates(run: RunRecord) -> dict[str, Any] | None:
     """The budget sweep's estimated curves ({method: [(budget, τ, speed-up)]}); None when the run holds too
     little to replay it whole."""
     try:
-        return sweep([run], methods=SWEEP_METHODS, budgets=SWEEP_BUDGETS, spine_shares=())["budget"]
+        return sweep([run], methods=sweep_methods(run), budgets=SWEEP_BUDGETS, spine_shares=())["budget"]
     except NoReplayDataError:
         return None
 

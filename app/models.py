@@ -49,7 +49,7 @@ def warm(model: goose.GooseModel) -> bool:
     of every method with the default head, sources recorded as Explore does. False when already warm."""
     if model.__dict__.get(_WARM):
         return False
-    for method in goose.METHODS:
+    for method in goose.available_methods():
         goose.generate(model, WARM_PROMPT, method, WARM_TOKENS, record_sources=True)
     model.__dict__[_WARM] = True
     return True

@@ -1,4 +1,5 @@
-"""How and when each generated token of a run was obtained: its kind (spine, branch, bonus, prefill) and time.
+"""How and when each generated token of a run was obtained: its kind (spine, branch, suffix, bonus, prefill) and
+time.
 
 The coloured text of Explore and the race lanes both read a run through these.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from app.tree_view import BONUS, BONUS_COLOUR, SOURCE_COLOURS
 from goose.trace import RunRecord
-from goose.tree import BRANCH, SPINE
+from goose.tree import BRANCH, SPINE, SUFFIX
 
 SHOWN_TOKENS = 2048  # the most generated tokens of one run a viewer draws (a trace may hold any number)...
 SHOWN_CHARS = 32_000  # ... and the most of their text
@@ -17,13 +18,14 @@ PREFILL = "prefill"  # the first generated token's kind: the prefill pass chose 
 TOKEN_KINDS = {
     SPINE: (SOURCE_COLOURS[SPINE], "accepted from the spine (context match)"),
     BRANCH: (SOURCE_COLOURS[BRANCH], "accepted from a branch (adjacency table)"),
+    SUFFIX: (SOURCE_COLOURS[SUFFIX], "accepted from SuffixDecoding's suffix trees"),
     BONUS: (BONUS_COLOUR, "bonus token (chosen by the target model)"),
     PREFILL: ("#9ca3af", "first token, from the prefill pass"),
 }
 
 
 def token_spans(run: RunRecord, shown: bool = False) -> list[tuple[str, str, int | None]]:
-    """(text, kind, step) for each generated token; kind is spine, branch, bonus or prefill. `shown`: only as
+    """(text, kind, step) for each generated token; kind is spine, branch, suffix, bonus or prefill. `shown`: only as
     many as a viewer draws (SHOWN_TOKENS, holding at most SHOWN_CHARS of text)."""
     if not run.tokens:
         return []

@@ -1,7 +1,7 @@
 """Draw one speculation step's draft tree with pyvis, as a self-contained page that works offline.
 
 Nodes are coloured by where they came from (root, spine = context match,
-branch = adjacency table); the accepted path has thick edges and outlined
+branch = adjacency table, suffix = SuffixDecoding's suffix trees); the accepted path has thick edges and outlined
 nodes; rejected and unvisited nodes are faded; the bonus token hangs off the
 last accepted node. The page inlines vis-network and links nothing remote, so
 it draws on a laptop without network; it goes in an iframe because gr.HTML
@@ -21,13 +21,14 @@ from pyvis.network import Network
 from goose.charts import SOURCE_COLOURS
 from goose.optimal import RateTree
 from goose.trace import StepRecord
-from goose.tree import BRANCH, ROOT, SPINE
+from goose.tree import BRANCH, ROOT, SPINE, SUFFIX
 
 BONUS = "bonus"  # the bonus token's kind: chosen by the target model after the accepted path, never drafted
 BONUS_COLOUR = "#10b981"
 ACCEPTED_BORDER = "#111827"
 FADED_OPACITY = 0.28
-SOURCE_NAMES = {ROOT: "root (anchor)", SPINE: "spine (context match)", BRANCH: "branch (adjacency table)"}
+SOURCE_NAMES = {ROOT: "root (anchor)", SPINE: "spine (context match)", BRANCH: "branch (adjacency table)",
+                SUFFIX: "suffix (SuffixDecoding's suffix trees)"}
 
 _REMOTE_TAG = re.compile(
     r"<script[^>]*\bsrc\s*=\s*[\"']https?://[^>]*>\s*</script>|<link[^>]*\bhref\s*=\s*[\"']https?://[^>]*/?>",

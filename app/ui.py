@@ -1,10 +1,11 @@
 """The page, declared top-down as it appears: Explore, Race, Replay, Lab, Why.
 
 Only layout and wiring live here; every event calls a plain function from
-`app.callbacks`. Per-user data (the run being browsed) lives in gr.State; the
-shared objects are the model registry, which locks its loads, and the Stop
-switches, keyed by session. Runs go through one queue ("model", one at a time),
-so two visitors never run the model at once and each sees their place in line.
+`app.callbacks`. Per-user data (the run being browsed, the stores of past outputs the
+suffix methods draft from) lives in gr.State; the shared objects are the model registry,
+which locks its loads, and the Stop switches, keyed by session. Runs go through one
+queue ("model", one at a time), so two visitors never run the model at once and each
+sees their place in line.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging F
 OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_MODELS)."
 RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
 GPU_MARGIN_S = 30  # a GPU call's time beyond the run's limit: warming a fresh ZeroGPU worker, drawing the trees
+METHOD_INFO = ("suffix and suffix-path (SuffixDecoding) draft from this run's prompt and output and from your "
+               "earlier runs on the same model in this session, never from another visitor's.")
 FULL_HEAD_LABEL = "Textbook float32 LM head"
 FULL_HEAD_INFO = ("Off: every method uses the fastest exact head on this machine (the float32 argmax through an "
                   "int8 or a bf16 screen, or plain float32; or two of them, each on the calls it is faster for). "
@@ -113,6 +116,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     registry = registry or ModelRegistry.from_env()
     limits = limits or Limits.from_env()
     examples = load_examples()
+    unavailable = callbacks.unavailable_note()  # the methods this server cannot run, and why
     prompts = [[e["prompt"]] for e in examples]
     labels = [e["label"] for e in examples]
     # Run and Race share one queue slot; Stop and the scrubbers never wait behind a run.
@@ -130,16 +134,17 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     @cancellable
     @gpu
     def run_explore(prompt: str, model: str, method: str, budget: str, max_new: float, temperature: float,
-                    top_k: float, top_p: float, seed: str, full_head: bool, request: gr.Request):
+                    top_k: float, top_p: float, seed: str, full_head: bool, stores: callbacks.Stores,
+                    request: gr.Request):
         yield from callbacks.explore(registry, prompt, model, method, budget, max_new, temperature, top_k, top_p,
-                                     seed, full_head, session_of(request), limits=limits)
+                                     seed, full_head, session_of(request), limits=limits, stores=stores)
 
     @cancellable
     @gpu
     def run_race(prompt: str, model: str, extras: list[str], budget: str, max_new: float, full_head: bool,
-                 request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
+                 stores: callbacks.Stores, request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
         return callbacks.race(registry, prompt, model, extras, budget, max_new, full_head, session_of(request),
-                              progress, limits=limits)
+                              progress, limits=limits, stores=stores)
 
     @cancellable
     @gpu
@@ -160,6 +165,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
     with gr.Blocks(title="Goose — spine speculation trees", delete_cache=(900, 3600)) as demo:
         gr.Markdown(INTRO)
         gr.Markdown(limits.describe(), elem_id="limits")
+        # the visitor's own past outputs, per model, which the suffix methods draft from (each session starts with none)
+        stores = gr.State(callbacks.session_stores)
         with gr.Tabs():
             with gr.Tab("Explore", id="explore"):
                 with gr.Row():
@@ -169,11 +176,13 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                                     elem_id="explore-examples")
                     with gr.Column(scale=2):
                         model = model_box(registry, default_model, "explore-model")
-                        method = gr.Dropdown(list(goose.METHODS), value=SpineTree.name, label="Method",
-                                             elem_id="explore-method")
+                        method = gr.Dropdown(goose.available_methods(), value=SpineTree.name, label="Method",
+                                             info=METHOD_INFO, elem_id="explore-method")
+                        if unavailable:
+                            gr.Markdown(unavailable, elem_id="explore-unavailable")
                         budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                              label="Node budget per tree",
-                                             info=f"auto = the library default; 1–{limits.max_budget}")
+                                             info=f"auto = picked every step for this machine; 1–{limits.max_budget}")
                         max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens), step=1,
                                             label="Max new tokens", elem_id="explore-max-new")
                         full_head = gr.Checkbox(False, label=FULL_HEAD_LABEL, info=FULL_HEAD_INFO,
@@ -188,10 +197,11 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                             go_button = gr.Button("Run", variant="primary", elem_id="explore-run")
                             stop_button = gr.Button("Stop", variant="stop", elem_id="explore-stop")
                 explore = run_viewer("explore")
+                explored = {**explore.components, "stores": stores}
                 go_button.click(arm, None, None, api_visibility="private", **instant).then(
-                    bound(run_explore, explore.components),
-                    [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head],
-                    outputs(callbacks.RunView, explore.components), api_name="explore", **as_sent, **model_queue)
+                    bound(run_explore, explored),
+                    [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head, stores],
+                    outputs(callbacks.ExploreView, explored), api_name="explore", **as_sent, **model_queue)
                 stop_button.click(stop, None, None, api_name="stop", **instant)
 
             with gr.Tab("Race", id="race"):
@@ -209,6 +219,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                     with gr.Column(scale=2):
                         race_model = model_box(registry, default_model, "race-model")
                         extras = gr.CheckboxGroup(callbacks.extra_race_methods(), label="Also race")
+                        if unavailable:
+                            gr.Markdown(unavailable, elem_id="race-unavailable")
                         race_budget = gr.Dropdown(BUDGET_CHOICES, value="auto", allow_custom_value=True,
                                                   label="Node budget per tree")
                         race_max_new = gr.Slider(1, limits.max_new_tokens, value=min(64, limits.max_new_tokens),
@@ -232,10 +244,11 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                 table = gr.Dataframe(headers=callbacks.RACE_COLUMNS, label="Numbers", interactive=False,
                                      elem_id="race-table")
                 race_board = {"badge": badge, "lanes": lanes, "download": race_download, "speed": speed, "tau": tau,
-                              "speedup": speedup, "lengths": lengths, "sources": sources, "table": table}
+                              "speedup": speedup, "lengths": lengths, "sources": sources, "table": table,
+                              "stores": stores}
                 race_button.click(arm, None, None, api_visibility="private", **instant).then(
                     bound(run_race, race_board),
-                    [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head],
+                    [race_prompt, race_model, extras, race_budget, race_max_new, race_full_head, stores],
                     outputs(callbacks.RaceView, race_board), api_name="race", **as_sent, **model_queue)
                 race_stop.click(stop, None, None, api_visibility="undocumented", **instant)
 

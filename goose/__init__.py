@@ -4,11 +4,12 @@ from goose.check import run_what_if
 from goose.config import GooseConfig
 from goose.decode import Generation, generate, stream
 from goose.diagnose import Diagnosis, StepDiagnosis, diagnose
-from goose.drafters import METHODS, Drafter, DraftState
+from goose.drafters import METHODS, Drafter, DraftState, available_methods, unavailable_methods
 from goose.hf_generate import goose_generate, goose_model_for
 from goose.model import DEFAULT_MODEL, GooseModel, ModelLoadError, load_model
 from goose.optimal import optimal_tree
 from goose.sampling import Sampling
+from goose.sources import SuffixStore
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import DraftTree
 from goose.verify import UnsupportedModelError
@@ -16,5 +17,6 @@ from goose.whatif import RunWhatIf, WhatIf, what_if
 
 __all__ = ["DEFAULT_MODEL", "METHODS", "Diagnosis", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
            "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepDiagnosis",
-           "StepRecord", "UnsupportedModelError", "WhatIf", "diagnose", "generate", "goose_generate", "goose_model_for",
-           "load_model", "optimal_tree", "run_what_if", "stream", "what_if"]
+           "StepRecord", "SuffixStore", "UnsupportedModelError", "WhatIf", "available_methods", "diagnose", "generate",
+           "goose_generate", "goose_model_for", "load_model", "optimal_tree", "run_what_if", "stream",
+           "unavailable_methods", "what_if"]

@@ -17,12 +17,12 @@ from plotly.subplots import make_subplots
 
 from goose.metrics import BASELINE, MethodMetrics, ratio
 from goose.optimal import BUDGET_AXIS, GAP_AXIS, Calibration, Curves, margin
-from goose.tree import BRANCH, ROOT, SPINE
+from goose.tree import BRANCH, ROOT, SPINE, SUFFIX
 
 METHOD_COLOURS = {"autoregressive": "#6b7280", "pld": "#a855f7", "recycling": "#06b6d4", "balanced": "#3b82f6",
-                  "goose": "#f59e0b", "hf-pld": "#ec4899"}
+                  "goose": "#f59e0b", "hf-pld": "#ec4899", "suffix": "#e11d48", "suffix-path": "#fb7185"}
 OTHER_COLOUR = "#9ca3af"  # methods and sources without a colour of their own
-SOURCE_COLOURS = {ROOT: "#4b5563", SPINE: "#f59e0b", BRANCH: "#3b82f6"}
+SOURCE_COLOURS = {ROOT: "#4b5563", SPINE: "#f59e0b", BRANCH: "#3b82f6", SUFFIX: "#e11d48"}
 HEIGHT = 340
 
 

@@ -17,7 +17,7 @@ from goose import metrics
 from goose.decode import Generation, stream
 from goose.model import GooseModel
 from goose.trace import RunRecord
-from goose.whatif import ALIASES, RunWhatIf, replay, resolve_settings
+from goose.whatif import ALIASES, RunWhatIf, recorded_store, replay, resolve_settings
 
 
 class CheckCancelled(RuntimeError):
@@ -76,14 +76,14 @@ def baseline_run(goose_model: GooseModel, run: RunRecord, cancel: Callable[[], b
 
 def real_run(goose_model: GooseModel, run: RunRecord, settings: dict[str, Any],
              cancel: Callable[[], bool] | None = None) -> RealRun:
-    """Run the model at `settings` over the run's own (the rule of goose.whatif.resolve_settings) on `run`'s prompt:
-    what a replay estimates, measured. `cancel` is asked after every step; when it answers True the run stops
-    and CheckCancelled is raised."""
+    """Run the model at `settings` over the run's own (the rule of goose.whatif.resolve_settings) on `run`'s prompt,
+    with the store of past outputs it read (as it was then): what a replay estimates, measured. `cancel` is asked
+    after every step; when it answers True the run stops and CheckCancelled is raised."""
     method, config = resolve_settings(run, settings)
     baseline = baseline_run(goose_model, run, cancel)
     budget = "auto" if config.auto_budget else config.budget
     generation = stream(goose_model, list(run.prompt_tokens), method, run.max_new_tokens, budget, head=run.head,
-                        config=config)
+                        config=config, store=recorded_store(run, method))
     return RealRun(to_the_end(generation, cancel), baseline)
 
 

@@ -24,7 +24,8 @@ from goose.bench import (
 from goose.bench.diagnosis import DIAGNOSE_FILE, format_diagnosis, load_diagnoses
 from goose.bench.runner import WARMUP_TOKENS
 from goose.bench.what_if import add_check_arguments, run_check
-from goose.decode import METHODS, Generation, Request, check_request, model_target
+from goose.decode import Generation, Request, check_request, model_target
+from goose.drafters import available_methods, unavailable_methods
 from goose.heads.factory import HEAD_CHOICES
 from goose.parallel import ParallelError, agreed_seed, is_main_process, rank
 from goose.prior_build import PRIOR_TOKENS
@@ -146,7 +147,8 @@ def _add_bench_parsers(commands: argparse._SubParsersAction) -> None:
                        help=f"comma-separated, from {','.join(bench_methods())} (default: all); "
                        "autoregressive is added when missing: it is the reference")
     bench.add_argument("--budget", type=_argument(parse_budget), default=None,
-                       help="tree node budget, or auto (default): the library's choice")
+                       help="tree node budget, or auto (the tuner's pick every step, for every method); default: "
+                            "each method's own (auto; suffix and suffix-path: 25 nodes, vLLM's)")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--model", default=None, help="HF model id or local folder (default: embedded Gemma 3 270M)")
     bench.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
@@ -184,10 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: CUDA when present)")
     # Every value is taken as typed and checked by the library's request rules (goose.validate), so that a bad
     # one gets the same one-line message here as in the library and the app.
-    gen.add_argument("--method", default="goose", help=f"one of {', '.join(METHODS)} (default: goose)")
+    gen.add_argument("--method", default="goose", help=f"one of {', '.join(available_methods())} (default: goose)"
+                     + "".join(f"; {reason}" for reason in unavailable_methods().values()))
     gen.add_argument("--budget", default=None,
-                     help="tree node budget, root included, or 'auto' (default: picked per step from this "
-                          "device's measured cost and the acceptance seen so far)")
+                     help="tree node budget, root included, or 'auto' (picked per step from this device's measured "
+                          "cost and the acceptance seen so far); default: the method's own, auto for every method "
+                          "but suffix and suffix-path, which take vLLM's 24 speculative tokens (25 nodes)")
     gen.add_argument("--max-new-tokens", default="128")
     gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     gen.add_argument("--temperature", default="0", help="0 = greedy (default)")

@@ -51,6 +51,14 @@ class GooseConfig:
     branches:          hang adjacency branches off the root and the spine (False: the spine alone takes
                        the whole budget, the context chain of pld; with no match, the root alone).
     branching:         k of the balanced (isotropic) control tree.
+    suffix_max_tree_depth:  SuffixDecoding (methods suffix, suffix-path; goose.sources.suffix), vLLM's defaults
+                       throughout: the depth of its suffix trees, which bounds the context matched plus the
+                       tokens drafted (vLLM's suffix_decoding_max_tree_depth, 24).
+    suffix_max_spec_factor: draft at most factor * match length + offset tokens: a longer match earns a longer
+                       draft (vLLM's suffix_decoding_max_spec_factor, 1.0) ...
+    suffix_max_spec_offset: ... plus this offset (arctic-inference's max_spec_offset; vLLM leaves it at 0.0).
+    suffix_min_token_prob: draft only tokens whose estimated probability (from the suffix tree's counts) is at
+                       least this (vLLM's suffix_decoding_min_token_prob, 0.1).
     """
 
     budget: int = 60
@@ -75,6 +83,10 @@ class GooseConfig:
     branch_order: str = "best"
     branches: bool = True
     branching: int = 3
+    suffix_max_tree_depth: int = 24
+    suffix_max_spec_factor: float = 1.0
+    suffix_max_spec_offset: float = 0.0
+    suffix_min_token_prob: float = 0.1
 
     def __post_init__(self) -> None:
         """Every knob against its rule (goose.validate): a bad one is refused with one line naming it."""
@@ -101,6 +113,11 @@ class GooseConfig:
         for name in ("auto_budget", "use_bigram", "warm_start", "warm_tuner", "branches"):
             flag(name, getattr(self, name))
         choice("branch_order", self.branch_order, ("best", "breadth"))
+        # vLLM's rules for its suffix_decoding_* options; the factor and offset also stay within a tree's size
+        whole_number("suffix_max_tree_depth", self.suffix_max_tree_depth, 1, MAX_BUDGET)
+        number("suffix_max_spec_factor", self.suffix_max_spec_factor, 0.0, MAX_BUDGET)
+        number("suffix_max_spec_offset", self.suffix_max_spec_offset, -MAX_BUDGET, MAX_BUDGET)
+        number("suffix_min_token_prob", self.suffix_min_token_prob, 0.0, 1.0)
 
     def grown_budget(self, confidence: float, budget: int | None = None) -> int:
         """The budget of one step: B (or `budget`), grown towards B * max_budget / 60 with confidence."""

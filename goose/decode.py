@@ -30,7 +30,7 @@ from goose.drafters import METHODS, Drafter, DraftState
 from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.model import GooseModel
 from goose.sampling import Sampling
-from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher
+from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher, SuffixSource, SuffixStore
 from goose.target import ModelTarget, Target
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import ROOT, DraftTree
@@ -81,6 +81,12 @@ class Generation:
             if self.run.tuner_start is not None:
                 tuner.start_from(self.run.tuner_start)
         self.matcher = ContextMatcher.from_config(self.config)
+        self.suffix: SuffixSource | None = None
+        self.store = request.store
+        if drafter_class.uses_suffix:
+            self.run.store = request.store.snapshot() if request.store is not None else None
+            self.suffix = SuffixSource(self.config, self.run.store["outputs"] if self.run.store else ())
+        self.pools = [pool for pool in (self.matcher, self.suffix) if pool is not None]  # fed every committed token
         self.adjacency: AdjacencyTable | None = None
         if drafter_class.uses_adjacency:
             prior = target.prior() if self.config.warm_start else None
@@ -101,6 +107,7 @@ class Generation:
         done = self._commit([first])
         self._clock()
         if done:
+            self._remember()
             return
         anchor, before_anchor = first, self.prompt_tokens[-1]
         while True:
@@ -120,6 +127,8 @@ class Generation:
             self.run.steps.append(step)
             self._notify("stepped", step, verification)
             self._clock()
+            if done:  # before the last step is handed out: a caller may stop iterating at it
+                self._remember()
             yield step
             if done:
                 return
@@ -141,7 +150,8 @@ class Generation:
         """One pass over the whole prompt: the first new token; the prompt's rows seed the adjacency table."""
         start = time.perf_counter()
         prompt = self.prompt_tokens
-        self.matcher.extend(prompt)
+        for pool in self.pools:
+            pool.extend(prompt)
         previous = [None, *prompt[:-1]]
         kept = self.adjacency.last_occurrences(prompt, previous) if self.adjacency is not None else []
         first, rows = self.target.prefill(prompt, kept, self.adjacency)
@@ -156,8 +166,15 @@ class Generation:
     def _draft_state(self, anchor: int, before_anchor: int) -> DraftState:
         """The sources at this step, as the drafter sees them."""
         match = self.matcher.match() if self.drafter.uses_context else ContextMatch()
-        match.tokens = match.tokens[:max(0, self.run.max_new_tokens - len(self.run.tokens) - 1)]
-        return DraftState(anchor, before_anchor, match, self.adjacency, self.drafter.spine_acceptance)
+        room = max(0, self.run.max_new_tokens - len(self.run.tokens) - 1)
+        match.tokens = match.tokens[:room]
+        return DraftState(anchor, before_anchor, match, self.adjacency, self.drafter.spine_acceptance, self.suffix,
+                          room)
+
+    def _remember(self) -> None:
+        """A run that ended gives its output to the store it read, if the store remembers."""
+        if self.store is not None and self.store.remember:
+            self.store.add(self.run.tokens)
 
     def _observe(self, state: DraftState, tree: DraftTree, verification: Verification) -> None:
         """The drafter learns from the step (before the sources change: it rescores the state it drafted
@@ -175,7 +192,8 @@ class Generation:
         reason = ""
         for token in new_tokens:
             run.tokens.append(token)
-            self.matcher.extend([token])
+            for pool in self.pools:
+                pool.extend([token])
             if token in self.target.eos:
                 reason = "eos"
             elif len(run.tokens) >= run.max_new_tokens:
@@ -277,14 +295,21 @@ class Request:
     record_sources: bool = False
     head: str = "auto"
     shadow_budget: int = 0
+    store: SuffixStore | None = None
 
 
 def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
                   budget: int | str | None = None, *, stop: Sequence[str] | str | None = None,
                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                   config: GooseConfig | None = None, record_sources: bool = False, head: str = "auto",
-                  shadow_budget: int = 0, **overrides) -> Request:
+                  shadow_budget: int = 0, store: SuffixStore | None = None, **overrides) -> Request:
     """Check every argument before any work: ValueError (TypeError for an unknown option) on bad input.
+
+    budget: a whole number of tree nodes (root included: a budget B drafts at most B - 1 tokens), "auto" (the tuner
+    picks it every step) or None, the method's default (`Drafter.default_budget`: "auto" for every method but
+    suffix and suffix-path, which take vLLM's 24 speculative tokens, 25 nodes).
+    store: past outputs a suffix method may draft from (goose.sources.suffix.SuffixStore; recorded in the run, which
+    adds its output to it once it ends if the store remembers); None: the run reads its own prompt and output only.
 
     record_sources: keep what a replay needs (goose.whatif): every pass's adjacency rows and each tree's shape.
     shadow_budget: with record_sources, also verify at every step, outside the run (its cache, table and clock
@@ -294,6 +319,14 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
     textbook float32 head) or "auto" (the default: whichever is fastest on this device, timed once per
     model); every method, the autoregressive baseline included, uses the one chosen."""
     validate.choice("method", method, list(METHODS))
+    drafter = METHODS[method]
+    if reason := drafter.unavailable():
+        raise validate.InputError(reason)
+    if store is not None and not isinstance(store, SuffixStore):
+        raise validate.InputError(f"store must be a goose.SuffixStore or None, got {validate.shown(store)}")
+    if store is not None and not drafter.uses_suffix:
+        readers = ", ".join(name for name, d in METHODS.items() if d.uses_suffix)
+        raise validate.InputError(f"store holds past outputs for the methods {readers}; method {method!r} reads none")
     if isinstance(prompt, str):
         validate.prompt(prompt)
     elif not isinstance(prompt, Sequence):
@@ -309,12 +342,14 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
     stops = validate.stops(stop)
     budget = validate.parse_budget(budget)
     if budget is None:
+        budget = drafter.default_budget
+    if budget == validate.AUTO:
         overrides.setdefault("auto_budget", True)
     else:
         overrides["budget"], overrides["auto_budget"] = budget, False
     config = (config or GooseConfig()).with_overrides(**overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
-                   stops, bool(record_sources), head, shadow_budget)
+                   stops, bool(record_sources), head, shadow_budget, store)
 
 
 def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
@@ -324,13 +359,16 @@ def stream(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "
     prompt: text (encoded with the tokenizer's special tokens) or token ids, used as they are.
     Keyword arguments: stop, temperature, top_k, top_p, seed, config, head, record_sources
     (keep what a replay needs, for goose.what_if), shadow_budget (with them, rows for replays at bigger
-    budgets: check_request), and any GooseConfig field as an override.
+    budgets: check_request), store (past outputs the suffix methods draft from: check_request), and any
+    GooseConfig field as an override.
     Bad input raises before any work. The run's wall time starts here.
     """
     started = time.perf_counter()
     request = check_request(prompt, method, max_new_tokens, budget, **kwargs)
     if not isinstance(request.prompt, str):
         goose_model.check_token_ids(request.prompt)
+    for i, output in enumerate(request.store.outputs if request.store is not None else ()):
+        goose_model.check_token_ids(output, f"the token ids of output {i} in store {request.store.name!r}")
     return Generation(model_target(goose_model, request), request, started, recorders(request))
 
 
@@ -351,9 +389,9 @@ def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
 
 def calibrate(goose_model: GooseModel, method: str, head: str, costs: dict[int, float],
               start: dict | None, prompt: str) -> dict:
-    """One greedy run of `method` at its defaults over a calibration prompt (goose.tuning), its tuner starting
+    """One greedy run of `method` at an auto budget over a calibration prompt (goose.tuning), its tuner starting
     from `start`: what the tuner learnt by its end."""
-    request = check_request(prompt, method, CALIBRATION_TOKENS)
+    request = check_request(prompt, method, CALIBRATION_TOKENS, validate.AUTO)
     generation = Generation(ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs,
                                         start), request)
     for _ in generation:

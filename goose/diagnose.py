@@ -164,6 +164,14 @@ def offers(state: DraftState, continuation: Sequence[int], spine: bool) -> tuple
     return offered_by, ""
 
 
+def check_diagnosable(method: str) -> None:
+    """ValueError, in one line, for a method whose offers this split does not define: its sources are the context
+    match and the adjacency table, not SuffixDecoding's suffix trees."""
+    if METHODS[method].uses_suffix:
+        raise ValueError(f"diagnose splits what the context match and the adjacency table offer; method {method!r} "
+                         "drafts from SuffixDecoding's suffix trees, whose offers it does not define")
+
+
 def step_diagnosis(index: int, budget: int, accepted: int, offered_by: list[str], stopped_on: str,
                    known: int) -> StepDiagnosis:
     """A step's split from what it took, what its sources offered and how much of the continuation is `known`."""
@@ -201,7 +209,9 @@ def diagnose(run: RunRecord) -> Diagnosis:
     the shape and lost to the sources, also by source. Exact, from a replay of the run; no model runs.
 
     A replay refuses what it cannot rebuild, saying why: a sampled run (ValueError: its tokens are one draw, not the
-    continuation greedy decoding reveals) or one recorded without its sources (NoReplayDataError)."""
+    continuation greedy decoding reveals) or one recorded without its sources (NoReplayDataError). A run of a
+    method that drafts from SuffixDecoding is refused too (check_diagnosable)."""
+    check_diagnosable(run.method)
     watcher = _Offers(run)
     generation = replay_generation(run, run.method, GooseConfig.from_dict(run.config))
     generation.observers.append(watcher)

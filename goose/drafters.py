@@ -7,7 +7,8 @@ learns from it (the spine-acceptance EMA of the spine tree's step 1, the tuner o
 and shape). `shape_grid` names the GooseConfig knobs that shape a method's
 tree and the values the tuner may try for them.
 `METHODS` is the registry: the loop, the CLI, the bench and the app list the
-methods from it, so adding a method is one registered class.
+methods from it, so adding a method is one registered class. A method whose
+library is missing here stays listed, with the reason (`unavailable_methods`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any, ClassVar, Protocol
 
 from goose.budget import BudgetTuner, Shape
 from goose.config import GooseConfig
-from goose.sources import ContextMatch
+from goose.sources import ContextMatch, SuffixSource
+from goose.sources.suffix import unavailable
 from goose.tree import (
     SPINE,
     DraftTree,
@@ -27,7 +29,9 @@ from goose.tree import (
     build_chain_tree,
     build_goose_tree,
     build_recycling_tree,
+    build_suffix_tree,
 )
+from goose.validate import AUTO, MAX_BUDGET
 
 
 class Successors(Protocol):
@@ -45,6 +49,9 @@ class DraftState:
     match:            this step's context match, already cut to what can still be generated.
     adjacency:        the adjacency table, or None for methods that keep none.
     spine_acceptance: the drafter's EMA of recent spine acceptance (only the spine tree reads it).
+    suffix:           SuffixDecoding's cache of the run, or None for methods that keep none.
+    room:             draft tokens the step may still take: what can still be generated, less the bonus token
+                      (the match is already cut to it).
     """
 
     anchor: int
@@ -52,6 +59,8 @@ class DraftState:
     match: ContextMatch
     adjacency: Successors | None
     spine_acceptance: float
+    suffix: SuffixSource | None = None
+    room: int = MAX_BUDGET
 
 
 class Drafter:
@@ -60,7 +69,11 @@ class Drafter:
     uses_context:   the loop queries the context matcher for this method (for its spine, or its budget's growth).
     drafts_spine:   its trees copy the context match as a spine (the match is one of its draft sources).
     uses_adjacency: the loop keeps and refreshes an adjacency table for it.
+    uses_suffix:    the loop keeps a SuffixDecoding cache for it, fed as the context matcher is (and a run may
+                    pass it a store of past outputs).
     speculative:    False for the baseline that drafts nothing (no budget tuner either).
+    default_budget: the node budget of a request that names none: "auto" (the tuner's pick every step) or a
+                    fixed number of nodes, root included.
     shape_grid:     GooseConfig knob -> values the tuner may try (empty: the budget alone is tuned).
                     A knob the run's config sets away from its default is pinned, not tuned.
     """
@@ -69,7 +82,9 @@ class Drafter:
     uses_context: ClassVar[bool] = True
     drafts_spine: ClassVar[bool] = False
     uses_adjacency: ClassVar[bool] = False
+    uses_suffix: ClassVar[bool] = False
     speculative: ClassVar[bool] = True
+    default_budget: ClassVar[int | str] = AUTO
     shape_grid: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, config: GooseConfig, tuner: BudgetTuner | None = None) -> None:
@@ -82,6 +97,11 @@ class Drafter:
         self._shaped: dict[Shape, Drafter] = {}
         if tuner is not None and self.shape_grid and not tuner.knobs:  # a fresh tuner learns this method's shape
             tuner.set_knobs(self.shape_grid, {knob: getattr(defaults, knob) for knob in self.shape_grid})
+
+    @classmethod
+    def unavailable(cls) -> str:
+        """Why this method cannot run here, in one line ('' when it can)."""
+        return ""
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         """The tree of at most `budget` nodes (root included) this method drafts from `state`."""
@@ -164,6 +184,16 @@ def register(drafter: type[Drafter]) -> type[Drafter]:
     """Add a drafter to `METHODS` under its name (a class decorator)."""
     METHODS[drafter.name] = drafter
     return drafter
+
+
+def available_methods() -> list[str]:
+    """The registered methods that can run here, in the registry's order."""
+    return [name for name, drafter in METHODS.items() if not drafter.unavailable()]
+
+
+def unavailable_methods() -> dict[str, str]:
+    """The registered methods that cannot run here, each with its one-line reason."""
+    return {name: reason for name, drafter in METHODS.items() if (reason := drafter.unavailable())}
 
 
 @register
@@ -249,3 +279,42 @@ class SpineTree(Drafter):
             rate = sum(tree.sources[n] == SPINE for n in accepted) / spine
             alpha = self.config.ema_alpha
             self.spine_acceptance = (1 - alpha) * self.spine_acceptance + alpha * rate
+
+
+SUFFIX_BUDGET = 25  # vLLM's 24 speculative tokens for SuffixDecoding (its tree depth), plus the root
+
+
+@register
+class Suffix(Drafter):
+    """SuffixDecoding as Snowflake's arctic-inference drafts it, its tree form: what most often followed the
+    context's suffix in the run's prompt and output (and a store's past outputs, when the run is given one).
+
+    Its budget defaults to vLLM's: 24 speculative tokens, a budget of 25 nodes (budget="auto" tunes it per step,
+    as for every method; a fixed budget B drafts at most B - 1 tokens). The tuner tells the steps where the suffix
+    trees offer nothing ("no match") from the others, as it does for the context match."""
+
+    name = "suffix"
+    uses_context = False
+    uses_suffix = True
+    default_budget = SUFFIX_BUDGET
+    tree_form: ClassVar[bool] = True  # arctic's use_tree_spec
+
+    @classmethod
+    def unavailable(cls) -> str:
+        reason = unavailable()
+        return f"method {cls.name!r} is unavailable here: {reason}" if reason else ""
+
+    def build(self, state: DraftState, budget: int) -> DraftTree:
+        draft = state.suffix.draft(min(budget - 1, state.room), self.tree_form)
+        return build_suffix_tree(state.anchor, draft.token_ids, draft.parents, draft.probs)
+
+    def situation(self, state: DraftState) -> str:
+        return "" if state.suffix.draft(min(1, state.room), self.tree_form).token_ids else "no match"
+
+
+@register
+class SuffixPath(Suffix):
+    """SuffixDecoding's one-path form: the single likeliest continuation, what vLLM's method="suffix" drafts."""
+
+    name = "suffix-path"
+    tree_form = False

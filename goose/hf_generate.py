@@ -36,6 +36,7 @@ from goose import validate
 from goose.config import GooseConfig
 from goose.decode import Generation, stream
 from goose.model import GooseModel
+from goose.sources import SuffixStore
 from goose.verify import check_attention_kernel
 
 # Goose's own sampling applies these itself, from the generation config's values.
@@ -205,12 +206,14 @@ def goose_generate(model, input_ids: torch.LongTensor, logits_processor: LogitsP
                    stopping_criteria: StoppingCriteriaList | None = None,
                    generation_config: GenerationConfig | None = None, streamer=KEPT_BACK,
                    assistant_model=KEPT_BACK, method: str = "goose", budget: int | str | None = None,
-                   head: str = "auto", seed: int | None = None, goose_config: GooseConfig | None = None, **kwargs):
+                   head: str = "auto", seed: int | None = None, goose_config: GooseConfig | None = None,
+                   store: SuffixStore | None = None, **kwargs):
     """The decoding loop for `model.generate(input_ids, custom_generate=goose_generate, ...)`.
 
     transformers calls it with the prepared input_ids, logits processors, stopping criteria and generation
     config, plus the model's keyword arguments. Goose's options: method, budget, head, seed (of the sampling;
-    default: drawn from torch's generator), goose_config, and any GooseConfig knob as a keyword (see KNOBS).
+    default: drawn from torch's generator), goose_config, store (past outputs the suffix methods draft from:
+    goose.SuffixStore), and any GooseConfig knob as a keyword (see KNOBS).
     `streamer` and `assistant_model` are generate's: given here (hub_generate does), else read from the
     `generate` call, which transformers 5.x does not pass them on from (KEPT_BACK).
     Returns what `generate` returns: the sequences (prompt + new tokens), or a GenerateDecoderOnlyOutput
@@ -229,7 +232,7 @@ def goose_generate(model, input_ids: torch.LongTensor, logits_processor: LogitsP
             raise ValueError(f"max_length {generation_config.max_length} leaves no room after the prompt's "
                              f"{len(prompt)} tokens; set max_new_tokens")
         generation = stream(goose_model_for(model), prompt, method, max_new_tokens, budget, head=head,
-                            config=goose_config, **_sampling(generation_config, seed), **knobs)
+                            config=goose_config, store=store, **_sampling(generation_config, seed), **knobs)
         generation.target.eos = _eos_ids(generation_config)  # generate's end-of-sequence ids, not the tokenizer's
         sequences = _decode(generation, input_ids, max_new_tokens, stopping_criteria or StoppingCriteriaList(),
                             streamer)

@@ -95,12 +95,13 @@ class GooseModel:
         """Each token's own text (special tokens shown by name)."""
         return self.tokenizer.batch_decode([[t] for t in tokens])
 
-    def check_token_ids(self, tokens: Sequence[int]) -> None:
-        """InputError (one line) for a prompt of token ids that this model's vocabulary does not hold."""
+    def check_token_ids(self, tokens: Sequence[int], what: str = "prompt token ids") -> None:
+        """InputError (one line) for token ids (a prompt's, a store's past output) that this model's vocabulary
+        does not hold."""
         vocabulary = self.model.config.get_text_config(decoder=True).vocab_size
         outside = next((i for i, token in enumerate(tokens) if token >= vocabulary), None)
         if outside is not None:
-            raise InputError(f"prompt token ids must be below the model's vocabulary size {vocabulary}: id "
+            raise InputError(f"{what} must be below the model's vocabulary size {vocabulary}: id "
                              f"{tokens[outside]} at position {outside} is not")
 
     def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:

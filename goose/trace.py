@@ -12,7 +12,8 @@ pass stored (the prefill's and each step's, one per node) and the shape the tune
 and split a step's time after drafting into verify_s (the forward pass and the walk) and observe_s
 (the rest); a run recorded with a shadow budget also holds each step's shadow rows. Format 4 drops
 the snapshots (a replay of the run rebuilds every step's sources exactly) and keeps the cost table the
-tuner read, so that a run's trees follow from its record. Older formats still load (a format-2 or -3
+tuner read, so that a run's trees follow from its record; a suffix run that read a store of past outputs keeps
+it (its name and outputs) under "store". Older formats still load (a format-2 or -3
 snapshot is ignored; before format 3, verify_s holds all of the step after drafting, observe_s 0).
 """
 
@@ -182,6 +183,9 @@ class RunRecord:
                  it started from nothing.
     parallel:    a run on a model split over several ranks (goose.parallel.Parallel): world_size, backend, the
                  plan entries replicated instead of split and why pieces run differently; None in one process.
+    store:       the store of past outputs a suffix run read (goose.sources.suffix.SuffixStore): its name and the
+                 outputs it held when the run started, {"name": ..., "outputs": [[token ids], ...]}; None when the
+                 run read only its own prompt and output.
     """
 
     prompt: str
@@ -203,6 +207,7 @@ class RunRecord:
     prior: str | None = None
     tuner_start: dict[str, Any] | None = None
     parallel: dict[str, Any] | None = None
+    store: dict[str, Any] | None = None
     format: str = TRACE_FORMAT
 
     @property

@@ -43,7 +43,7 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 RUN_FIELDS = {"prompt": "text", "method": "text", "model": "text", "config": "object", "sampling": "object",
               "max_new_tokens": "int", "steps": "list", "totals": "object"}
 OPTIONAL_RUN_FIELDS = {"text": "text", "stop_reason": "text", "head": "text", "token_texts": "object",
-                       "costs": "object", "rows": "list", "tuner_start": "object"}
+                       "costs": "object", "rows": "list", "tuner_start": "object", "store": "object"}
 STEP_FIELDS = {"index": "int", "nodes": "list", "accepted": "list", "bonus_token": "token", "bonus_text": "text",
                "committed": "list", "draft_s": "number", "verify_s": "number", "budget": "int"}
 NODE_FIELDS = {"token": "token", "text": "text", "source": "text", "parent": "int", "depth": "int",
@@ -146,6 +146,16 @@ def check_step(step: Any, i: int, root: int, pool: list) -> list[int]:
     return committed
 
 
+def check_store(store: dict) -> None:
+    """The store of past outputs a suffix run read: its name and its outputs, each a list of token ids."""
+    _field(store, "name", "text", "store.")
+    outputs = _field(store, "outputs", "list", "store.")
+    for i, output in enumerate(outputs):
+        if not isinstance(output, list):
+            raise TraceError(f"store.outputs[{i}] must be a list of token ids, got {shown(output)}")
+        _tokens(output, f"store.outputs[{i}]")
+
+
 def check_run(data: Any) -> None:
     """A whole run record as JSON: TraceError naming the first thing that is not as the format says."""
     _fields(data, RUN_FIELDS, OPTIONAL_RUN_FIELDS, "")
@@ -171,6 +181,8 @@ def check_run(data: Any) -> None:
             if not key.lstrip("-").isdigit() or not KINDS[kind][0](value):
                 raise TraceError(f"{name} must map token ids (or tree sizes) to {KINDS[kind][1]}, "
                                  f"got {shown(key)}: {shown(value)}")
+    if data.get("store") is not None:
+        check_store(data["store"])
     prefill = data.get("prefill_rows")
     if prefill is not None:
         if not isinstance(prefill, list):

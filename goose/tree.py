@@ -1,4 +1,4 @@
-"""Draft trees and the four ways Goose builds them (docs/METHOD.md, "Building the spine tree").
+"""Draft trees and the ways Goose builds them (docs/METHOD.md, "Building the spine tree").
 
 A tree is flattened root first; every node knows its token, parent, depth,
 which source drafted it and with what score. The root is the anchor: the last
@@ -9,7 +9,8 @@ Builders:
              hung off the root and every spine node (anisotropic);
   balanced   a k-ary adjacency tree under the same budget (isotropic control);
   pld        the context chain alone (prompt lookup);
-  recycling  the adjacency tree alone (Token Recycling).
+  recycling  the adjacency tree alone (Token Recycling);
+  suffix     SuffixDecoding's own draft (goose.sources.suffix), a tree or one path, as arctic-inference gives it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from goose.sources import AdjacencyTable, ContextMatch
 ROOT = "root"
 SPINE = "spine"    # drafted by the context matcher
 BRANCH = "branch"  # drafted by the adjacency table
+SUFFIX = "suffix"  # drafted by SuffixDecoding's suffix trees (Snowflake's arctic-inference)
 
 
 @dataclass
@@ -244,6 +246,17 @@ def build_chain_tree(anchor: int, match: ContextMatch, budget: int) -> DraftTree
     tree = DraftTree.rooted_at(anchor)
     for token in match.tokens[:budget - 1]:
         tree.add(token, len(tree) - 1, SPINE, match.confidence)
+    return tree
+
+
+def build_suffix_tree(anchor: int, tokens: Sequence[int], parents: Sequence[int],
+                      probs: Sequence[float]) -> DraftTree:
+    """SuffixDecoding's draft under the anchor, node for node: its parents index its own tokens (-1: the root)
+    and come before their children, and no two siblings share a token (they are paths of a suffix tree), so
+    node i of the draft is node i + 1 of the tree. Each node's score is its estimated probability."""
+    tree = DraftTree.rooted_at(anchor)
+    for token, parent, prob in zip(tokens, parents, probs, strict=True):
+        tree.add(token, parent + 1, SUFFIX, prob)
     return tree
 
 

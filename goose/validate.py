@@ -144,11 +144,17 @@ def stops(value: Any) -> tuple[str, ...]:
     return tuple(text("stop", s) for s in value if s)
 
 
-def parse_budget(value: Any, maximum: int = MAX_BUDGET, where: str = "") -> int | None:
-    """A node budget as a person types it (command line, app) or the library takes it: 'auto', blank or None ->
-    None (the library picks it each step), else a whole number of tree nodes, root included, in 1..maximum."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+AUTO = "auto"  # the budget the tuner picks every step (goose.budget)
+
+
+def parse_budget(value: Any, maximum: int = MAX_BUDGET, where: str = "") -> int | str | None:
+    """A node budget as a person types it (command line, app) or the library takes it: blank or None -> None (the
+    method's default: Drafter.default_budget), 'auto' -> AUTO (the tuner picks it each step), else a whole number
+    of tree nodes, root included, in 1..maximum."""
+    if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
     number = typed_number(value)
     if isinstance(value, str) and not isinstance(number, int | float):
         raise InputError(f"budget must be 'auto' or a whole number of tree nodes, got {shown(value)}")

@@ -11,6 +11,7 @@ What a replayed step is built from, and how exact it is:
 - the context match is a function of the token prefix: exact;
 - the spine-acceptance EMA and the budget tuner follow the replay's own trees, the tuner over
   the cost table the run recorded: exact;
+- SuffixDecoding's cache is a function of the token prefix and the store the run recorded: exact;
 - the adjacency table is the replay's own, refreshed after every replayed step with a row per
   node of its own tree. A node's row is a function of its context (the sequence up to the
   anchor, then its path), so where a recorded pass verified a node in the same context its row
@@ -38,7 +39,7 @@ from goose.config import GooseConfig
 from goose.decode import Generation, Observer, Request
 from goose.drafters import METHODS, Drafter, DraftState, SpineTree
 from goose.sampling import Sampling
-from goose.sources import AdjacencyTable
+from goose.sources import AdjacencyTable, SuffixStore
 from goose.sources.adjacency import Row
 from goose.sources.prior import find_prior
 from goose.trace import RunRecord, RunTotals, StepRecord
@@ -53,7 +54,8 @@ ALIASES = {"rho": "spine_branch_share", "branch_depth": "max_branch_depth", "k":
 
 
 class NoReplayDataError(ValueError):
-    """The run was recorded without what a replay needs (the adjacency rows of its passes)."""
+    """The run was recorded without what a replay needs (the adjacency rows of its passes), or the method replayed
+    cannot run here (its library is missing: Drafter.unavailable)."""
 
 
 # --- the recorded passes' rows, by context -------------------------------------------------------------
@@ -257,7 +259,10 @@ def known_continuation(run: RunRecord) -> list[int]:
 
 
 def check_replayable(run: RunRecord, method: str) -> None:
-    """NoReplayDataError (a ValueError) unless `run` holds what replaying it under `method` needs."""
+    """NoReplayDataError (a ValueError) unless `run` holds what replaying it under `method` needs, and `method` can
+    run here."""
+    if reason := METHODS[method].unavailable():
+        raise NoReplayDataError(reason)
     if run.sampling.get("temperature", 0.0) != 0.0:
         raise ValueError("a replay needs a greedy run (temperature 0): a sampled run's tokens are one draw, "
                          "not the continuation every tree is walked along")
@@ -270,11 +275,18 @@ def check_replayable(run: RunRecord, method: str) -> None:
                                 "cannot be rebuilt from it: record the run with a method that drafts from the table")
 
 
+def recorded_store(run: RunRecord, method: str) -> SuffixStore | None:
+    """The store of past outputs `run` read, as it was when the run started, for a `method` that reads one (a
+    fixed copy: neither a replay nor a check adds to it); None when the run read none or `method` reads none."""
+    return SuffixStore.from_snapshot(run.store) if run.store is not None and METHODS[method].uses_suffix else None
+
+
 def replay_generation(run: RunRecord, method: str, config: GooseConfig) -> Generation:
     """The decoding loop over the recording of `run`, drafting with `method` and `config`: iterate it for the
     replayed steps (StepRecords, as a real run's)."""
     check_replayable(run, method)
-    request = Request(tuple(run.prompt_tokens), method, run.max_new_tokens, config, Sampling(), ())
+    request = Request(tuple(run.prompt_tokens), method, run.max_new_tokens, config, Sampling(), (),
+                      store=recorded_store(run, method))
     return Generation(RecordedTarget(run, config, method), request)
 
 
@@ -546,14 +558,14 @@ def sweep(runs: Sequence[RunRecord], methods: Sequence[str] = ("goose", "balance
     return {"budget": by_budget, "spine_share": by_share}
 
 
-def agreement(traces: Sequence[RunRecord], real_tau: dict[str, float], budget: int | None) -> list[list[str]]:
-    """Per method run for real: the replayed tau beside the real pooled tau (budget None: each replay tunes its
-    own, as the real runs did)."""
+def agreement(traces: Sequence[RunRecord], real_tau: dict[str, float], budget: int | str | None) -> list[list[str]]:
+    """Per method run for real: the replayed tau beside the real pooled tau (budget None: each method's default
+    budget, as the real runs had it)."""
     rows = []
     for method, tau in real_tau.items():
-        settings = {"method": method, "budget": "auto" if budget is None else budget}
+        settings = {"method": method, "budget": METHODS[method].default_budget if budget is None else budget}
         results = [Estimated(method, replay(run, **settings).totals) for run in traces]
         estimate = metrics.pooled_tau(results) or 0.0
-        rows.append([method, str(budget or "auto"), f"{estimate:.3f}", f"{tau:.3f}",
+        rows.append([method, str(settings["budget"]), f"{estimate:.3f}", f"{tau:.3f}",
                      f"{100 * (estimate - tau) / tau:+.1f} %"])
     return rows

@@ -101,7 +101,7 @@ def lossless_rows(device: str, new_tokens: int) -> tuple[list[list[str]], bool]:
         references = [run_one(model, BenchPrompt(str(i), text), HF_GENERATE, new_tokens, None).tokens
                       for i, text in enumerate(LOSSLESS_PROMPTS)]
         for head in heads_here(model):
-            for method in goose.METHODS:
+            for method in goose.available_methods():
                 same = total = 0
                 for text, reference in zip(LOSSLESS_PROMPTS, references):
                     for budget in LOSSLESS_BUDGETS:

@@ -147,6 +147,48 @@ def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -
     assert list(load_race(raced.download.value["path"])) == list(table["method"])
 
 
+def _trees(run: goose.RunRecord) -> list[tuple]:
+    return [tuple((n.token, n.parent) for n in step.nodes) for step in run.steps]
+
+
+def test_a_visitors_suffix_runs_draft_from_their_own_session_only(registry: ModelRegistry) -> None:
+    """Each session has its own stores, one per model: Alice's second run drafts from her first; Bob's runs never see
+    hers, his race lanes all read his store as the race found it, and another model's runs read another store."""
+    alice, bob = callbacks.session_stores(), callbacks.session_stores()
+    llama = registry.get("tiny-llama").name
+    first = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=alice))
+    assert first.stores is alice and alice[llama].outputs == [first.run.tokens], "handed back to the session"
+    again = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=alice))
+    assert again.run.store == {"name": callbacks.SESSION_STORE, "outputs": [first.run.tokens]}
+    assert again.run.totals.tau > first.run.totals.tau and again.run.tokens == first.run.tokens
+    bobs = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=bob))
+    assert bobs.run.store["outputs"] == [] and _trees(bobs.run) == _trees(first.run)
+    goose_run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 24, stores=bob))
+    assert goose_run.stores is KEEP and goose_run.run.store is None and len(bob[llama].outputs) == 1
+    raced = callbacks.race(registry, LIST_PROMPT, "tiny-llama", ["suffix", "suffix-path"], "25", 24,
+                           progress=lambda *a, **k: None, stores=bob)
+    runs = load_race(raced.download.value["path"])
+    assert runs["suffix"].store == runs["suffix-path"].store == {"name": callbacks.SESSION_STORE,
+                                                                 "outputs": [bobs.run.tokens]}
+    assert list(raced.table["same tokens as AR"]) == ["yes"] * 5 and raced.table["suffix acc."].iloc[-1] != "–"
+    assert raced.stores is bob and bob[llama].outputs == [bobs.run.tokens, runs["suffix"].tokens], "one per race"
+    gemma = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "suffix", "25", 24, stores=bob))
+    assert gemma.run.store["outputs"] == [] and len(bob) == 2, "another model drafts from its own store"
+    assert list(alice) == [llama] and alice[llama].outputs == [first.run.tokens] * 2, "nothing of Bob's is Alice's"
+
+
+def test_each_session_starts_with_its_own_empty_stores(registry: ModelRegistry) -> None:
+    from gradio.state_holder import SessionState
+
+    from app.ui import build_app
+
+    demo = build_app(registry, "tiny-llama")
+    state = next(block for block in demo.blocks.values()
+                 if isinstance(block, gr.State) and block.value is callbacks.session_stores)
+    first, second = SessionState(demo)[state._id], SessionState(demo)[state._id]
+    assert first == second == {} and first is not second
+
+
 def test_full_head_checkbox_reaches_explore_and_every_racer(registry: ModelRegistry) -> None:
     run = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "goose", "8", 12, 0.0, 0, 1.0, "", True)).run
     assert run.head == "full"
@@ -181,7 +223,7 @@ def test_race_table_and_bench_summary_agree_on_the_same_runs(registry: ModelRegi
         assert row["τ"] == round(s.tau, 2) and row["tokens/s"] == round(s.tokens_per_s, 1)
         assert row["speed-up"] == round(s.speedup_pooled, 2) and row["mean accepted"] == round(
             s.mean_accepted_length, 2)
-        for source in ("spine", "branch"):
+        for source in ("spine", "branch", "suffix"):
             rate = s.acceptance.get(source)
             assert row[f"{source} acc."] == ("–" if rate is None else f"{rate:.1%}")
         assert row["same tokens as AR"] == ("yes" if s.lossless else "NO")
@@ -190,7 +232,7 @@ def test_race_table_and_bench_summary_agree_on_the_same_runs(registry: ModelRegi
     assert "goose-badge-bad" in badge and "goose" in badge
 
 
-@pytest.mark.parametrize(("budget", "expected"), [("auto", None), ("", None), (None, None), ("16", 16),
+@pytest.mark.parametrize(("budget", "expected"), [("auto", "auto"), ("", None), (None, None), ("16", 16),
                                                   (32.0, 32), ("512", 512)])
 def test_budget_parsing(budget, expected) -> None:
     assert callbacks.parse_budget(budget) == expected

@@ -123,7 +123,7 @@ def _explore(client, prompt, model="tiny-gemma3", method="goose", budget="8", ma
 
 
 def _expected(models, prompt, method, budget, max_new, model="tiny-gemma3", **sampling) -> goose.RunRecord:
-    return goose.generate(models[model], prompt, method, max_new, None if budget == "auto" else int(budget),
+    return goose.generate(models[model], prompt, method, max_new, budget if budget == "auto" else int(budget),
                           **sampling)
 
 

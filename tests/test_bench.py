@@ -267,6 +267,20 @@ def test_runs_jsonl_round_trips_and_old_lines_with_a_totals_dict_load(tmp_path):
 
 
 
+def test_the_suffix_methods_run_in_the_bench_at_their_own_default_budget():
+    """No --budget: each method's default (auto, and vLLM's 25 nodes for the suffix methods); "auto" tunes all."""
+    from goose.bench.diagnosis import diagnosed_methods
+
+    methods = ["autoregressive", "goose", "suffix", "suffix-path"]
+    prompt = bench.BenchPrompt("p1", "one two three four, one two three four, one two")
+    runs = bench.run_prompt(tiny_llama(0), prompt, methods, 16, None)
+    assert [r.method for r in runs] == methods and all(r.matches_autoregressive for r in runs)
+    assert [r.budget for r in runs] == ["auto", "auto", 25, 25]
+    tuned = bench.run_prompt(tiny_llama(0), prompt, ["autoregressive", "suffix"], 16, "auto")
+    assert tuned[1].budget == "auto" and tuned[1].matches_autoregressive
+    assert diagnosed_methods(methods) == ["goose"], "goose.diagnose does not split the suffix trees' offers"
+
+
 # --- command line ----------------------------------------------------------------------------------------------
 
 
@@ -276,7 +290,8 @@ def test_bench_arguments_parse():
     assert args.methods == ("goose", "hf-pld") and args.budget == 16 and args.limit == 3
     assert args.threads == 2 and args.max_new_tokens == 128 and args.out is None and args.head == "auto"
     assert build_parser().parse_args(["bench", "--suite", "mtbench", "--head", "full"]).head == "full"
-    assert build_parser().parse_args(["bench", "--suite", "x.jsonl", "--budget", "auto"]).budget is None
+    assert build_parser().parse_args(["bench", "--suite", "x.jsonl", "--budget", "auto"]).budget == "auto"
+    assert build_parser().parse_args(["bench", "--suite", "x.jsonl"]).budget is None, "each method's default"
     assert build_parser().parse_args(["bench", "--suite", "humaneval"]).methods == bench.bench_methods()
     assert bench.bench_methods() == (*METHODS, "hf-generate", "hf-pld")
 

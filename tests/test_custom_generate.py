@@ -105,6 +105,21 @@ def test_goose_options_and_knobs_carry_over():
         gm.model.generate(ids, custom_generate=goose_generate, max_new_tokens=4, method="beam")
 
 
+@pytest.mark.parametrize("form", ["callable", "repository"])
+def test_suffix_decoding_and_its_store_carry_over(form):
+    """method="suffix" with a store of past outputs and a suffix knob: generate's greedy output, and the store
+    remembers it."""
+    gm = model("llama")
+    ids = prompt_ids(gm)
+    custom = {"custom_generate": goose_generate} if form == "callable" else {
+        "custom_generate": REPO, "trust_remote_code": True, "tokenizer": gm.tokenizer}
+    store = goose.SuffixStore("calls", [reference("llama", "repetitive")[0, ids.shape[1]:].tolist()])
+    out = gm.model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, method="suffix", store=store,
+                            suffix_min_token_prob=0.2, **custom)
+    assert torch.equal(out, reference("llama", "repetitive"))
+    assert store.outputs == [out[0, ids.shape[1]:].tolist()] * 2
+
+
 def test_generation_config_defaults_apply():
     """No max_new_tokens: the generation config's max_length, as generate does."""
     gm = model("llama")

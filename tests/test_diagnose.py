@@ -20,7 +20,8 @@ from goose.tree import SPINE, DraftTree
 from goose.whatif import NoReplayDataError, anchor_positions, known_continuation, what_if
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
-SPECULATIVE = [name for name, drafter in goose.METHODS.items() if drafter.speculative]
+# the methods whose offers diagnose splits: every tree method but SuffixDecoding's (refused: tests/test_suffix.py)
+SPECULATIVE = [name for name, drafter in goose.METHODS.items() if drafter.speculative and not drafter.uses_suffix]
 ECHOED = "xxxxxxxyzzzxxxxx"  # the last 5-gram's first occurrence goes on "xxy": an echo of x matches it 2 deep
 A, X, Y, Z, W, Q, V = range(100, 107)
 

@@ -42,8 +42,8 @@ def toy_method():
     del METHODS[AdjacencyArgmaxChain.name]
 
 
-def test_registry_lists_the_five_methods_in_order():
-    assert list(goose.METHODS) == ["autoregressive", "pld", "recycling", "balanced", "goose"]
+def test_registry_lists_the_seven_methods_in_order():
+    assert list(goose.METHODS) == ["autoregressive", "pld", "recycling", "balanced", "goose", "suffix", "suffix-path"]
     assert all(issubclass(cls, Drafter) and cls.name == name for name, cls in goose.METHODS.items())
 
 

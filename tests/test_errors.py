@@ -39,9 +39,9 @@ def test_token_ids_outside_the_vocabulary(tiny):
     assert len(goose.generate(tiny, [1, vocabulary - 1, 2], max_new_tokens=4).tokens) == 4
 
 
-@pytest.mark.parametrize(("typed", "expected"), [("auto", None), (" Auto ", None), ("", None), (None, None),
+@pytest.mark.parametrize(("typed", "expected"), [("auto", "auto"), (" Auto ", "auto"), ("", None), (None, None),
                                                  ("16", 16), (32.0, 32), ("64", 64)])
-def test_a_typed_budget_is_auto_or_a_node_count(typed, expected):
+def test_a_typed_budget_is_auto_the_methods_default_or_a_node_count(typed, expected):
     assert parse_budget(typed, maximum=64) == expected
 
 

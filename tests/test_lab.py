@@ -87,6 +87,24 @@ def test_own_settings_reproduce_the_real_step(run):
     assert own.tau == pytest.approx(run.totals.tau) and f"τ {run.totals.tau:.2f}" in chart.data[1].name
 
 
+def test_a_suffix_run_with_a_store_rebuilds_its_steps_in_the_lab(model, registry):
+    """A suffix run's trees come back from its recorded store: at its own settings every step is the real one, a
+    smaller budget cuts them; the budget sweep is of the suffix methods (goose's and balanced's trees need the
+    adjacency table it kept none of)."""
+    past = goose.generate(model, PROMPT, "autoregressive", 32).tokens
+    run = goose.generate(model, PROMPT, "suffix", 32, store=goose.SuffixStore("lab", [past]), record_sources=True)
+    opened = lab.open_run(run)
+    assert opened.run is run and opened.method == "suffix" and set(opened.curves) == {"suffix", "suffix-path"}
+    for index, step in enumerate(run.steps):
+        own = rebuild(run, index)
+        assert would(own.verdict) == (step.accepted_length, step.accepted_length)
+    index = max(range(len(run.steps)), key=lambda i: len(run.steps[i].nodes))
+    assert would(rebuild(run, index, budget=3).verdict)[0] <= 2 < run.steps[index].accepted_length
+    checked = lab.check(registry, run, opened.curves, {}, *shape_of(run).values(), False, "lab-suffix")
+    assert re.search(r'lab-real-tau">[\d.]+</b> \(error \+0\.0%\)', checked.checks), \
+        "the real run at its own setting reads the recorded store: the estimate is exact"
+
+
 def test_budget_and_spine_share_change_the_rebuilt_tree(run):
     spine = [sum(node.source == "spine" for node in step.nodes) for step in run.steps]
     index = max(range(len(run.steps)), key=spine.__getitem__)

@@ -38,7 +38,7 @@ def recorded_trees(run: RunRecord) -> list[tuple]:
             for s in run.steps]
 
 
-@pytest.mark.parametrize("method", [*TREE_METHODS, "pld"])
+@pytest.mark.parametrize("method", [*TREE_METHODS, "pld", "suffix", "suffix-path"])
 @pytest.mark.parametrize("budget", [None, 6, 24, "auto"])
 def test_replaying_the_recorded_setting_rebuilds_the_run(models, method, budget):
     for goose_model in models:

@@ -28,8 +28,8 @@ ALPHA = 1e-3
 WARP = Sampling(temperature=0.8, top_k=4)
 MAKERS = {"llama": functools.partial(tiny_llama, 0), "gemma3-window4": functools.partial(tiny_gemma3, 1, 4)}
 # Draft acceptances needed for a case to test the accepting branch of the walk. The random Llama
-# never samples what the context matcher copies, so there only rejections are tested for pld.
-MIN_ACCEPTED = {("llama", "pld"): 0}
+# never samples what the context copies, so there only rejections are tested for pld and the suffix methods.
+MIN_ACCEPTED = {("llama", "pld"): 0, ("llama", "suffix"): 0, ("llama", "suffix-path"): 0}
 
 
 @functools.cache

@@ -163,6 +163,20 @@ def test_a_malformed_trace_is_refused_with_one_line_saying_what_and_where(record
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize(("store", "message"), [
+    ([[1, 2]], "store must be a JSON object, got [[1, 2]]"),
+    ({"outputs": []}, "store.name is missing"),
+    ({"name": "s", "outputs": [[1, -2]]}, "store.outputs[0][1] must be a token id (a whole number >= 0), got -2"),
+    ({"name": "s", "outputs": [7]}, "store.outputs[0] must be a list of token ids, got 7"),
+])
+def test_a_suffix_runs_store_is_checked_and_round_trips(tiny, store, message):
+    run = goose.generate(tiny, "abcabcabc", "suffix", 8, store=goose.SuffixStore("s", [[5, 6, 7]]))
+    assert RunRecord.from_json(run.to_json()).store == {"name": "s", "outputs": [[5, 6, 7]]}
+    with pytest.raises(ValueError) as refused:
+        RunRecord.from_json(_broken(run, _set("store", store)))
+    assert str(refused.value) == f"not a Goose trace: {message}"
+
+
 def test_a_file_that_is_not_utf8_is_not_a_trace(tmp_path):
     path = tmp_path / "picture.json"
     path.write_bytes(b"\x89PNG\r\n\x1a\n")

@@ -141,6 +141,13 @@ def test_a_run_that_cannot_be_diagnosed_says_why(run, monkeypatch):
     assert shown.spine_rate is not KEEP, "the rates are measured all the same"
 
 
+def test_a_suffix_run_says_why_it_has_no_split():
+    suffix = goose.generate(tiny_gemma3(0), PROMPT, "suffix", 16, record_sources=True)
+    measured = why.measure(suffix)
+    assert measured.diagnosis is None and measured.split_status.startswith("**No split:** diagnose splits")
+    assert "\n" not in measured.split_status
+
+
 def test_the_split_charts_stack_the_three_parts():
     steps = [SimpleNamespace(step=i, accepted=i, lost_to_shape=1, lost_to_sources=2) for i in range(4)]
     figure = charts.step_split_chart(steps, selected=2)

@@ -27,9 +27,11 @@ POOLED_FILE = "diagnosis.json"  # the split pooled per method
 
 
 def diagnosed_methods(methods: Iterable[str]) -> list[str]:
-    """The bench's methods that draft trees (every speculative Goose method): the ones a diagnosis splits."""
+    """The bench's methods that draft trees from the context match and the adjacency table (every speculative Goose
+    method but SuffixDecoding's, goose.diagnose.check_diagnosable): the ones a diagnosis splits."""
     return [method for method in methods
-            if (name := method_budget(method, None)[0]) in METHODS and METHODS[name].speculative]
+            if (name := method_budget(method, None)[0]) in METHODS and METHODS[name].speculative
+            and not METHODS[name].uses_suffix]
 
 
 @dataclass
@@ -51,7 +53,7 @@ class DiagnosedRun:
 
 
 def diagnose_prompt(goose_model: GooseModel, prompt_id: str, text: str, timed: Sequence[BenchRun],
-                    max_new_tokens: int, budget: int | None, head: str) -> list[DiagnosedRun]:
+                    max_new_tokens: int, budget: int | str | None, head: str) -> list[DiagnosedRun]:
     """Each tree method of the prompt's timed runs once more, untimed and recorded with its sources, diagnosed."""
     diagnosed = []
     for run in timed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from goose import metrics
-from goose.drafters import METHODS
+from goose.drafters import available_methods, unavailable_methods
 from goose.metrics import BASELINE
 from goose.validate import parse_budget
 
@@ -17,16 +17,17 @@ HF_METHODS = {HF_GENERATE: {}, HF_PLD: {"prompt_lookup_num_tokens": HF_PLD_TOKEN
 
 
 def bench_methods() -> tuple[str, ...]:
-    """Every method the bench can run: the library's registered methods, then transformers' own decoding."""
-    return (*METHODS, *HF_METHODS)
+    """Every method the bench can run here: the library's registered methods that can run here, then
+    transformers' own decoding."""
+    return (*available_methods(), *HF_METHODS)
 
 
 BUDGET_MARK = "@"  # "goose@16": a method at a fixed budget, raced beside its default in the same run
 
 
-def method_budget(method: str, default: int | None) -> tuple[str, int | None]:
+def method_budget(method: str, default: int | str | None) -> tuple[str, int | str | None]:
     """(the library method, its budget) of a bench method: "goose@16" is goose at 16 nodes, "goose@auto" at the
-    library's choice, a plain name at the bench's --budget."""
+    tuner's choice, a plain name at the bench's --budget (None: the method's default)."""
     name, mark, budget = method.partition(BUDGET_MARK)
     return (name, parse_budget(budget)) if mark else (method, default)
 
@@ -36,6 +37,10 @@ def parse_methods(text: str) -> tuple[str, ...]:
     method may carry its own budget, "goose@16", so that fixed budgets race the default in one run."""
     known = bench_methods()
     methods = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    missing = unavailable_methods()
+    for method in methods:
+        if method.partition(BUDGET_MARK)[0] in missing:
+            raise ValueError(missing[method.partition(BUDGET_MARK)[0]])
     unknown = [name for name in methods if name.partition(BUDGET_MARK)[0] not in known]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(known)}")

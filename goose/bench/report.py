@@ -63,6 +63,7 @@ def settings_line(meta: dict[str, Any]) -> str:
     settings = meta.get("settings", {})
     bandwidth = ", ".join(f"{k} {v:.1f} GB/s" for k, v in meta.get("memory_bandwidth_gb_s", {}).items())
     budget = settings.get("budget")
+    budget_text = "each method's default" if budget is None else budget
     temperature = settings.get("temperature")
     decoding = f"sampled at temperature {temperature}" if temperature else "greedy"
     return (f"suite {settings.get('suite')}, model {meta.get('model')} "
@@ -70,7 +71,7 @@ def settings_line(meta: dict[str, Any]) -> str:
             f"{meta.get('threads')} threads of {meta.get('cpu_count')} CPUs, {decoding}, "
             f"{settings.get('head', 'screened')} LM head ({meta.get('head_used', 'as recorded')} used), "
             f"body linears {meta.get('body_linears', 'stock')}, "
-            f"max {settings.get('max_new_tokens')} new tokens, budget {'auto' if budget is None else budget}; "
+            f"max {settings.get('max_new_tokens')} new tokens, budget {budget_text}; "
             f"torch {meta.get('torch')}, transformers {meta.get('transformers')}; memory bandwidth {bandwidth}; "
             f"load average at start {meta.get('load_average_start')}, end {meta.get('load_average_end')}; "
             f"started {meta.get('started')}")

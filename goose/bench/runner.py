@@ -57,7 +57,7 @@ class BenchSettings:
     suite: str
     methods: tuple[str, ...] = field(default_factory=bench_methods)
     limit: int | None = None
-    budget: int | None = None  # None = "auto": whatever the library decides
+    budget: int | str | None = None  # None: each method's default budget (goose.Drafter.default_budget); or "auto"
     max_new_tokens: int = 128
     model: str | None = None
     threads: int = 2
@@ -94,7 +94,7 @@ class ForwardCounter:
 
 
 def run_goose_method(goose_model: GooseModel, prompt: BenchPrompt, text: str, method: str, max_new_tokens: int,
-                     budget: int | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
+                     budget: int | str | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
     """One generation with a Goose method (greedy, or sampled with a per-prompt seed), timed by the library."""
     run = generate(goose_model, text, method, max_new_tokens, budget, temperature=temperature,
                    seed=sum(map(ord, prompt.id)) if temperature else None, head=head)
@@ -128,7 +128,7 @@ def run_transformers(goose_model: GooseModel, prompt: BenchPrompt, text: str, me
 
 
 def run_one(goose_model: GooseModel, prompt: BenchPrompt, method: str, max_new_tokens: int,
-            budget: int | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
+            budget: int | str | None, temperature: float = 0.0, head: str = "auto") -> BenchRun:
     """One prompt x method, whichever implementation the method lives in, with a stopwatch around the call."""
     text = format_prompt(goose_model.tokenizer, prompt)
     start = time.perf_counter()
@@ -187,7 +187,7 @@ def diagnose_runs(goose_model: GooseModel, prompt: BenchPrompt, timed: Sequence[
                                                                settings.max_new_tokens, settings.budget, settings.head))
 
 
-def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | None,
+def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | str | None,
             temperature: float = 0.0, head: str = "auto") -> None:
     """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
     for method in methods:
@@ -195,7 +195,7 @@ def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str]
 
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
-               budget: int | None, on_run: Callable[[BenchRun], None] = lambda run: None,
+               budget: int | str | None, on_run: Callable[[BenchRun], None] = lambda run: None,
                temperature: float = 0.0, head: str = "auto") -> list[BenchRun]:
     """Every method in turn on one prompt (the interleaving), each checked against autoregressive
     (greedy only: samples are draws, so equality is not expected; tests/test_sampling.py covers them)."""

@@ -59,8 +59,8 @@ class CheckRow:
 
 def check_prompt(goose_model: GooseModel, prompt_id: str, text: str, max_new_tokens: int, head: str,
                  folder: Path, settings_grid: Sequence[dict[str, Any]] = WHAT_IF_SETTINGS,
-                 budget: int | None = None, shadow: int = 0) -> list[CheckRow]:
-    """Record goose on `text` (at `budget`, auto by default; saved under `folder`) as the app's Explore records it,
+                 budget: int | str | None = None, shadow: int = 0) -> list[CheckRow]:
+    """Record goose on `text` (at `budget`, auto when None; saved under `folder`) as the app's Explore records it,
     or with a shadow tree of `shadow` nodes (rows for the replays' own rejected nodes: goose.decode.Recorder),
     replay it at every setting and run each for real."""
     folder.mkdir(parents=True, exist_ok=True)
