@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +17,7 @@ import torch
 
 import goose.tree
 import goose.verify
-from goose.assets import cache_dir
+from goose.assets import cache_dir, kept_on_disk
 from goose.config import GooseConfig
 from goose.heads.factory import HEAD_CHOICES, head_for, heads_here, known_head
 from goose.heads.routing import parse_routed, routed_kind
@@ -74,24 +73,6 @@ def _choice_key(goose_model: GooseModel) -> str:
     weight = goose_model.model.get_output_embeddings().weight
     return (f"v1|{goose_model.name}|{weight.device}|{weight.dtype}|threads={torch.get_num_threads()}"
             f"|heads={','.join(_contenders(goose_model))}|revision={HEAD_REVISION}")
-
-
-def kept_on_disk(path: os.PathLike, key: str, measure: Callable[[], object]):
-    """`measure()` kept on disk under `key` in the JSON file `path`: measured once per machine, so that every
-    process agrees (a choice timed anew in each process follows the noise of the moment), written atomically
-    (several processes may measure at once)."""
-    try:
-        table = json.loads(open(path).read())
-    except (OSError, ValueError):
-        table = {}
-    if key not in table:
-        table[key] = measure()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        staging = f"{path}.{os.getpid()}.tmp"
-        with open(staging, "w") as file:
-            json.dump(table, file, indent=1)
-        os.replace(staging, path)
-    return table[key]
 
 
 def _contenders(goose_model: GooseModel) -> list[str]:

@@ -25,7 +25,7 @@ import torch
 from goose import metrics, validate
 from goose.budget import BudgetTuner
 from goose.config import GooseConfig
-from goose.costs import choose_head, cost_table
+from goose.costs import choose_head, cost_key, cost_table
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.model import GooseModel
@@ -382,7 +382,7 @@ def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
     costs = cost_table(goose_model, head=head) if tuned or request.record_sources else {}
     start = None
     if tuned and request.config.warm_tuner:
-        start = learnt_start(goose_model, request.method, head,
+        start = learnt_start(goose_model, request.method, cost_key(goose_model, torch.get_num_threads(), head),
                              lambda start, prompt: calibrate(goose_model, request.method, head, costs, start, prompt))
     return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs, start)
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from goose.assets import cache_dir
-from goose.costs import cost_key, kept_on_disk
+from goose.assets import cache_dir, kept_on_disk
 from goose.model import GooseModel
 
 TUNING_FORMAT = 1
@@ -37,11 +34,12 @@ CALIBRATION_PROMPTS = (
 Calibrate = Callable[[dict[str, Any] | None, str], dict[str, Any]]  # (start, prompt) -> what the tuner learnt
 
 
-def learnt_start(goose_model: GooseModel, method: str, head: str, calibrate: Calibrate) -> dict[str, Any]:
-    """What `method`'s tuner learnt over the calibration prompts with this model, head and machine: trained
-    on first use (`calibrate(start, prompt)` runs the loop once and returns its tuner's `learnt()`), then read
-    from disk, and kept with the model so that a run does not read the file again."""
-    key = (f"v{TUNING_FORMAT}|{method}|{cost_key(goose_model, torch.get_num_threads(), head)}"
+def learnt_start(goose_model: GooseModel, method: str, costs_key: str, calibrate: Calibrate) -> dict[str, Any]:
+    """What `method`'s tuner learnt over the calibration prompts with this model and the cost table under
+    `costs_key` (goose.costs.cost_key: model, device, threads, head): trained on first use (`calibrate(start,
+    prompt)` runs the loop once and returns its tuner's `learnt()`), then read from disk, and kept with the model
+    so that a run does not read the file again."""
+    key = (f"v{TUNING_FORMAT}|{method}|{costs_key}"
            f"|tokens={CALIBRATION_TOKENS}|prompts={len(CALIBRATION_PROMPTS)}")
     kept = goose_model.cache.tuner_starts
     if key not in kept:

@@ -296,6 +296,22 @@ def test_bench_arguments_parse():
     assert bench.bench_methods() == (*METHODS, "hf-generate", "hf-pld")
 
 
+def test_a_goose_method_races_at_its_own_budget_beside_its_default():
+    """"goose@8" is goose at a fixed budget of 8 in the same run, interleaved and checked like any method."""
+    assert bench.parse_methods("goose,goose@8,goose@auto,pld@4") == ("goose", "goose@8", "goose@auto", "pld@4")
+    assert bench.method_budget("goose@8", None) == ("goose", 8)
+    assert bench.method_budget("goose", 16) == ("goose", 16)
+    for bad, message in (("goose@0", "budget"), ("goose@lots", "budget"), ("hf-generate@8", "no tree budget"),
+                         ("nothing@8", "unknown method")):
+        with pytest.raises(ValueError, match=message):
+            bench.parse_methods(bad)
+    prompt = bench.BenchPrompt("p1", "one two three four, one two three four, one two")
+    runs = bench.run_prompt(tiny_llama(0), prompt, ["autoregressive", "goose@8", "goose"], 16, None)
+    assert [r.method for r in runs] == ["autoregressive", "goose@8", "goose"]
+    assert [r.budget for r in runs] == ["auto", 8, "auto"]
+    assert all(r.matches_autoregressive for r in runs)
+
+
 def test_bench_settings_refuse_an_unknown_head():
     with pytest.raises(ValueError, match="unknown head 'half'"):
         BenchSettings(suite="mtbench", head="half")

@@ -21,6 +21,8 @@ def _check_same_argmax(lm_head: torch.nn.Linear, hidden: torch.Tensor, screen=Sc
     full_argmax, full_top = FullHead(lm_head, None).greedy(hidden, 5)
     argmax, top = screened.greedy(hidden, 5)
     assert torch.equal(argmax, full_argmax)
+    rows = screened.target_rows(hidden)  # the greedy walk's rows: each row's argmax only when asked
+    assert [rows.argmax(i) for i in range(hidden.shape[0])] == full_argmax.tolist()
     assert top.indices.shape == full_top.indices.shape == (hidden.shape[0], 5)
     return screened
 
@@ -326,3 +328,26 @@ def test_the_head_modules_import_one_way():
     graph = import_graph()
     for i, module in enumerate(order):
         assert {m for m in graph[module] if m.startswith("goose.heads")} <= set(order[:i]), module
+
+
+def test_the_greedy_walk_computes_the_argmax_only_where_it_goes():
+    """A rejected branch's row feeds only the adjacency table: its target stays None (not evaluated), and the
+    visited nodes' targets are the full head's argmax."""
+    from goose.tree import DraftTree
+    from goose.walk import GreedyWalker
+
+    generator = torch.Generator().manual_seed(2)
+    lm_head = torch.nn.Linear(32, 500, bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(torch.randn(500, 32, generator=generator) * 0.1)
+    hidden = torch.randn(5, 32, generator=generator) * 4
+    truth = FullHead(lm_head, None).greedy(hidden)[0].tolist()
+    tree = DraftTree.rooted_at(0)
+    accepted = tree.add(truth[0], 0, "spine")  # the root's argmax: accepted
+    tree.add((truth[0] + 1) % 500, 0, "branch")  # a sibling the walk rejects
+    tree.add((truth[accepted] + 1) % 500, accepted, "spine")  # wrong: the walk stops at `accepted`
+    tree.add(7, 2, "branch")  # under the rejected sibling: never visited
+    for screen in (*SCREENS, FullHead):
+        verification, _ = GreedyWalker(screen(lm_head, None)).walk(tree, hidden, 3)
+        assert verification.accepted == [accepted] and verification.bonus == truth[accepted]
+        assert verification.targets == [truth[0], truth[1], None, None, None]
