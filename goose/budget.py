@@ -206,6 +206,7 @@ class BudgetTuner:
             raise ValueError(f"a tuner of knobs {learnt['knobs']} cannot start one of knobs {list(self.knobs)}")
         for name, keys in learnt["situations"].items():
             tuner = self.situation(name)
+            keys = [key for key in keys if int(key[1]) in self.costs]  # budgets this tuner's table prices
             for shape, budget, accepted, cost, count in keys:
                 estimate = tuner.estimates[tuple(shape), int(budget)] = _Estimate(accepted, cost)
                 estimate.count = min(count, weight)

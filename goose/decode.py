@@ -382,7 +382,7 @@ def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
     costs = cost_table(goose_model, head=head) if tuned or request.record_sources else {}
     start = None
     if tuned and request.config.warm_tuner:
-        start = learnt_start(goose_model, request.method, cost_key(goose_model, torch.get_num_threads(), head),
+        start = learnt_start(goose_model, request.method, cost_key(goose_model, torch.get_num_threads(), head), costs,
                              lambda start, prompt: calibrate(goose_model, request.method, head, costs, start, prompt))
     return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs, start)
 

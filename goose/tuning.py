@@ -15,7 +15,9 @@ The calibration prompts are none of the benchmark's: code and prose a base model
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from goose.assets import cache_dir, kept_on_disk
@@ -34,12 +36,15 @@ CALIBRATION_PROMPTS = (
 Calibrate = Callable[[dict[str, Any] | None, str], dict[str, Any]]  # (start, prompt) -> what the tuner learnt
 
 
-def learnt_start(goose_model: GooseModel, method: str, costs_key: str, calibrate: Calibrate) -> dict[str, Any]:
-    """What `method`'s tuner learnt over the calibration prompts with this model and the cost table under
-    `costs_key` (goose.costs.cost_key: model, device, threads, head): trained on first use (`calibrate(start,
-    prompt)` runs the loop once and returns its tuner's `learnt()`), then read from disk, and kept with the model
-    so that a run does not read the file again."""
-    key = (f"v{TUNING_FORMAT}|{method}|{costs_key}"
+def learnt_start(goose_model: GooseModel, method: str, costs_key: str, costs: Mapping[int, float],
+                 calibrate: Calibrate) -> dict[str, Any]:
+    """What `method`'s tuner learnt over the calibration prompts with this model and the cost table `costs`,
+    kept under `costs_key` (goose.costs.cost_key: model, device, threads, head): trained on first use
+    (`calibrate(start, prompt)` runs the loop once and returns its tuner's `learnt()`), then read from disk, and
+    kept with the model so that a run does not read the file again. Another table (re-measured, or a caller's)
+    is another start: the tuner's picks follow the costs."""
+    table = hashlib.sha256(json.dumps(sorted(costs.items())).encode()).hexdigest()[:16]
+    key = (f"v{TUNING_FORMAT}|{method}|{costs_key}|costs={table}"
            f"|tokens={CALIBRATION_TOKENS}|prompts={len(CALIBRATION_PROMPTS)}")
     kept = goose_model.cache.tuner_starts
     if key not in kept:
