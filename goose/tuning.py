@@ -15,6 +15,7 @@ The calibration prompts are none of the benchmark's: code and prose a base model
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -49,7 +50,7 @@ def learnt_start(goose_model: GooseModel, method: str, costs_key: str, costs: Ma
     kept = goose_model.cache.tuner_starts
     if key not in kept:
         kept[key] = kept_on_disk(cache_dir() / "tuner-starts.json", key, lambda: train(calibrate))
-    return kept[key]
+    return copy.deepcopy(kept[key])  # a copy per run, as the cost table: a run's record is its own
 
 
 def train(calibrate: Calibrate) -> dict[str, Any]:
