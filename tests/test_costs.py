@@ -97,3 +97,13 @@ def test_median_seconds_times_the_call_only():
     seconds = costs_module.median_seconds(lambda: time.sleep(next(pauses)), 3, torch.device("cpu"),
                                           after=lambda: after.append(time.sleep(0.05)))
     assert 0.01 <= seconds < 0.03 and len(after) == 3
+
+
+def test_least_seconds_takes_turns_so_that_a_burst_of_load_spoils_one_round_not_one_size():
+    """Every call once per round, the least time kept: a pause that hits a whole round (another process's burst)
+    is outvoted by the other rounds, for every size alike; the warm-up round is not timed."""
+    order, pauses = [], iter([0.2, 0.2] + [0.0, 0.0] + [0.05, 0.05] + [0.0, 0.0])  # warm-up, clean, burst, clean
+    calls = {n: (lambda n=n: (order.append(n), time.sleep(next(pauses)))) for n in (1, 16)}
+    least = costs_module.least_seconds(calls, 3, torch.device("cpu"))
+    assert order == [1, 16] * 4, "every round takes each size in turn"
+    assert set(least) == {1, 16} and all(seconds < 0.02 for seconds in least.values())
