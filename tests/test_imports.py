@@ -99,7 +99,7 @@ def test_a_trace_loads_without_the_model_the_head_the_costs_or_the_loop():
 
 def room(module: str) -> str:
     """The part of the house a module belongs to: a folder of its own (the app, the bench, the sources) is one."""
-    for folder in ("app", "goose.bench", "goose.heads", "goose.sources"):
+    for folder in ("app", "goose.bench", "goose.heads", "goose.sources", "goose.whatif"):
         if module == folder or module.startswith(folder + "."):
             return folder
     return module

@@ -1,0 +1,93 @@
+"""One step rebuilt under other settings and scored against the recorded continuation (goose.whatif)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from goose.config import GooseConfig
+from goose.decode import Generation, Observer
+from goose.drafters import METHODS, Drafter, DraftState
+from goose.trace import RunRecord
+from goose.tree import DraftTree
+from goose.whatif.recorded import check_replayable, known_continuation, replay_generation
+from goose.whatif.rows import anchor_positions
+from goose.whatif.settings import ALIASES, resolve_settings
+
+
+@dataclass
+class WhatIf:
+    """One step rebuilt under other settings and scored against the recorded continuation.
+
+    tree:     the rebuilt DraftTree; budget: its node budget.
+    accepted: draft tokens the greedy walk accepts (the bonus not counted).
+    revealed: the target's greedy continuation from the step on, as far as the run knows it.
+    lower_bound: the tree holds all of `revealed` (the run ended inside it), so it may have accepted more.
+    """
+
+    tree: DraftTree
+    budget: int
+    accepted: int
+    revealed: list[int]
+    lower_bound: bool
+
+    @property
+    def exact(self) -> bool:
+        """`accepted` equals what a real verification of this settings' tree would accept."""
+        return not self.lower_bound
+
+    @property
+    def accepted_path(self) -> list[int]:
+        """Accepted nodes of `tree`, root excluded."""
+        return self.tree.walk(self.revealed)
+
+
+class _StepAt(Observer):
+    """An observer of a replay at the run's own setting: at step `index`, the tree `drafter` builds from the
+    state the loop drafts that step from (None: the loop's own tree), at the base budget `base` grown as a real
+    run grows it (None: the recorded step's node budget)."""
+
+    def __init__(self, run: RunRecord, index: int, drafter: Drafter | None, base: int | None) -> None:
+        self.index, self.drafter, self.base = index, drafter, base
+        self.recorded_budget = run.steps[index].budget
+        self.result: tuple[DraftTree, int] | None = None
+
+    def drafted(self, generation: Generation, state: DraftState, tree: DraftTree) -> None:
+        if len(generation.run.steps) != self.index or self.result is not None:
+            return
+        if self.drafter is None:
+            self.result = tree, self.recorded_budget
+            return
+        budget = self.recorded_budget if self.base is None else self.drafter.budget(state, self.base)
+        self.result = self.drafter.build(state, budget), budget
+
+
+def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
+    """Rebuild step `step_index` of `run` under `settings` and score it against the recorded continuation.
+
+    The step's sources are rebuilt exactly by replaying the run at its own setting up to the step.
+    Settings: method, budget (the base budget, grown with the step's match confidence as a
+    real run grows it; none = the step's own node budget), any GooseConfig shape knob (spine_share,
+    spine_branch_share alias rho, max_branch_depth, branch_order, branching, use_bigram,
+    min_score, max_budget, spine_tiers); none at all = the step's own tree.
+    Bad settings raise ValueError (TypeError for an unknown name).
+    """
+    if run.sampling.get("temperature", 0.0) != 0.0:
+        raise ValueError("what-if needs a greedy run (temperature 0): a sampled step reveals a draw, "
+                         "not the target's greedy continuation")
+    if isinstance(step_index, bool) or not isinstance(step_index, int) or not 0 <= step_index < len(run.steps):
+        raise ValueError(f"step_index must be a step of this run, 0..{len(run.steps) - 1}, got {step_index!r}")
+    settings = {ALIASES.get(name, name): value for name, value in settings.items()}
+    method, config = resolve_settings(run, settings)
+    check_replayable(run, method)
+    drafter = METHODS[method](config.with_overrides(auto_budget=False)) if settings else None
+    watcher = _StepAt(run, step_index, drafter, settings.get("budget"))
+    generation = replay_generation(run, run.method, GooseConfig.from_dict(run.config))
+    generation.observers.append(watcher)
+    for _ in generation:
+        if watcher.result is not None:
+            break
+    tree, budget = watcher.result
+    revealed = known_continuation(run)[anchor_positions(run)[step_index]:]
+    accepted = len(tree.walk(revealed))
+    return WhatIf(tree, budget, accepted, revealed, accepted == len(revealed))
