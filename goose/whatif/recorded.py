@@ -49,10 +49,7 @@ class RecordedTarget:
         self._prior = recorded_prior(run, config)
         self._pass_rows = PassRows(run)
         self._latest = LatestRows(run)
-        self._texts = dict(run.token_texts)
-        for step in run.steps:
-            self._texts.update((node.token, node.text) for node in step.nodes)
-            self._texts[step.bonus_token] = step.bonus_text
+        self._texts = recorded_texts(run)
         self.position = 0  # new tokens committed before the step being verified
 
     def encode(self, prompt: str) -> list[int]:
@@ -119,21 +116,42 @@ def known_continuation(run: RunRecord) -> list[int]:
     return [*run.tokens, *last.revealed[len(last.committed):]]
 
 
+def replay_refusal(run: RunRecord, method: str | None = None) -> ValueError | None:
+    """Why `run` cannot be replayed under `method` (default: its own) here, as the error to raise (a
+    NoReplayDataError where data or the method's library is missing, a ValueError for a sampled run), or None.
+    The one rule: replays raise it (`check_replayable`), the Lab shows it."""
+    method = method or run.method
+    if reason := METHODS[method].unavailable():
+        return NoReplayDataError(reason)
+    if run.sampling.get("temperature", 0.0) != 0.0:
+        return ValueError("a replay needs a greedy run (temperature 0): a sampled run's tokens are one draw, "
+                          "not the continuation every tree is walked along")
+    if not run.has_replay_data:
+        return NoReplayDataError("this run was recorded without the adjacency rows a replay needs (an older "
+                                 "trace, or recorded without them): record it again with "
+                                 "goose.generate(..., record_sources=True)")
+    if METHODS[method].uses_adjacency and not METHODS[run.method].uses_adjacency:
+        return NoReplayDataError(f"the recorded method {run.method!r} kept no adjacency table, so a {method!r} tree "
+                                 "cannot be rebuilt from it: record the run with a method that drafts from the "
+                                 "table")
+    return None
+
+
 def check_replayable(run: RunRecord, method: str) -> None:
     """NoReplayDataError (a ValueError) unless `run` holds what replaying it under `method` needs, and `method` can
-    run here."""
-    if reason := METHODS[method].unavailable():
-        raise NoReplayDataError(reason)
-    if run.sampling.get("temperature", 0.0) != 0.0:
-        raise ValueError("a replay needs a greedy run (temperature 0): a sampled run's tokens are one draw, "
-                         "not the continuation every tree is walked along")
-    if not run.has_replay_data:
-        raise NoReplayDataError("this run was recorded without the adjacency rows a replay needs (an older "
-                                "trace, or recorded without them): record it again with "
-                                "goose.generate(..., record_sources=True)")
-    if METHODS[method].uses_adjacency and not METHODS[run.method].uses_adjacency:
-        raise NoReplayDataError(f"the recorded method {run.method!r} kept no adjacency table, so a {method!r} tree "
-                                "cannot be rebuilt from it: record the run with a method that drafts from the table")
+    run here (`replay_refusal`)."""
+    if (refusal := replay_refusal(run, method)) is not None:
+        raise refusal
+
+
+def recorded_texts(run: RunRecord) -> dict[int, str]:
+    """Every token's text the run recorded (its prompt's and output's, every step's nodes and bonus tokens): what a
+    rebuilt tree's nodes are named by, with no tokenizer at hand."""
+    texts = dict(run.token_texts)
+    for step in run.steps:
+        texts.update((node.token, node.text) for node in step.nodes)
+        texts[step.bonus_token] = step.bonus_text
+    return texts
 
 
 def recorded_store(run: RunRecord, method: str) -> SuffixStore | None:

@@ -17,6 +17,11 @@ SOURCE_SETTINGS = ("ngram_lengths", "max_chain", "long_match", "extend_above", "
 ALIASES = {"rho": "spine_branch_share", "branch_depth": "max_branch_depth", "k": "branching"}
 
 
+def own_budget(run: RunRecord) -> int | str:
+    """The run's own base budget: "auto" where its tuner chose each step's, else its fixed node budget."""
+    return validate.AUTO if run.config.get("auto_budget") else run.config["budget"]
+
+
 def own_setting(run: RunRecord, settings: Mapping[str, Any]) -> bool:
     """Whether `settings` are the run's own (as resolve_settings reads them): replaying them rebuilds the run."""
     return resolve_settings(run, settings) == resolve_settings(run, {})

@@ -8,9 +8,10 @@ from typing import Any
 from goose.config import GooseConfig
 from goose.decode import Generation, Observer
 from goose.drafters import METHODS, Drafter, DraftState
-from goose.trace import RunRecord
-from goose.tree import DraftTree
-from goose.whatif.recorded import check_replayable, known_continuation, replay_generation
+from goose.trace import NodeRecord, RunRecord, StepRecord
+from goose.tree import ROOT, DraftTree
+from goose.walk import greedy_verdicts
+from goose.whatif.recorded import check_replayable, known_continuation, recorded_texts, replay_generation
 from goose.whatif.rows import anchor_positions
 from goose.whatif.settings import ALIASES, resolve_settings
 
@@ -60,6 +61,31 @@ class _StepAt(Observer):
             return
         budget = self.recorded_budget if self.base is None else self.drafter.budget(state, self.base)
         self.result = self.drafter.build(state, budget), budget
+
+
+def rebuilt_record(run: RunRecord, step_index: int, result: WhatIf) -> StepRecord:
+    """The rebuilt tree of `what_if(run, step_index, ...)` as a StepRecord, judged by the greedy walk's own rule
+    (goose.walk.greedy_verdicts) along the revealed continuation and named by the run's recorded texts, so that it
+    is drawn as a real step is: accepted path, tried children rejected, the next revealed token as the bonus (-1
+    and '?' where the tree holds all that was revealed)."""
+    tree, path, revealed = result.tree, result.accepted_path, result.revealed
+    texts = recorded_texts(run)
+    on_path = [0, *path]
+    targets = {node: revealed[k] for k, node in enumerate(on_path) if k < len(revealed)}
+    verdicts = {}
+    for node in on_path:
+        verdicts.update(greedy_verdicts(tree, node, targets.get(node)))
+    nodes = []
+    for i in range(len(tree)):
+        verdict = verdicts.get(i)
+        status = ROOT if i == 0 else verdict.status if verdict else "unvisited"
+        nodes.append(NodeRecord(token=tree.tokens[i], text=texts.get(tree.tokens[i], f"#{tree.tokens[i]}"),
+                                source=tree.sources[i], parent=tree.parents[i], depth=tree.depths[i],
+                                score=tree.scores[i], target=targets.get(i), status=status,
+                                reason=verdict.reason if verdict else ""))
+    bonus = revealed[result.accepted] if not result.lower_bound else -1
+    return StepRecord(index=step_index, nodes=nodes, accepted=path, bonus_token=bonus, bonus_text=texts.get(bonus, "?"),
+                      committed=revealed[:result.accepted + 1], draft_s=0.0, verify_s=0.0, budget=result.budget)
 
 
 def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
