@@ -236,3 +236,41 @@ def test_the_what_if_check_command_records_replays_and_runs_every_setting(tmp_pa
     assert all(line.startswith("| ") and " | 2 | " in line for line in table)
     assert main(argv) == 0  # a rerun resumes: nothing is checked twice
     assert len((tmp_path / "check" / "what-if-check.jsonl").read_text().splitlines()) == 2 * len(WHAT_IF_SETTINGS)
+
+
+def test_a_rebuilt_step_at_the_runs_own_setting_is_the_recorded_step_as_the_walk_judged_it(tiny_run):
+    """rebuilt_record judges the rebuilt tree by the walk's own rule: at the run's own setting every node keeps its
+    token, parent, source and status, visited nodes their target, and the step its bonus and committed tokens."""
+    from goose.whatif import rebuilt_record
+
+    for index, step in enumerate(tiny_run.steps):
+        rebuilt = rebuilt_record(tiny_run, index, what_if(tiny_run, index))
+        assert node_tree(rebuilt)[:3] == node_tree(step)[:3]
+        assert [n.status for n in rebuilt.nodes] == [n.status for n in step.nodes], index
+        assert [n.text for n in rebuilt.nodes] == [n.text for n in step.nodes]
+        visited = [0, *step.accepted]
+        assert [rebuilt.nodes[i].target for i in visited] == [step.nodes[i].target for i in visited]
+        if step is not tiny_run.steps[-1]:  # the last one commits what max_new_tokens leaves room for
+            assert (rebuilt.bonus_token, rebuilt.committed) == (step.bonus_token, step.committed)
+    other = rebuilt_record(tiny_run, 0, what_if(tiny_run, 0, budget=6))
+    assert len(other.nodes) <= 6 and other.budget == 6
+
+
+def test_replay_refusal_is_the_error_a_replay_raises(tiny, tiny_run, tmp_path):
+    """One rule for whether a run replays: replay_refusal returns the error check_replayable raises (what the Lab
+    shows), None for a replayable run."""
+    from goose.whatif import check_replayable, own_budget, replay_refusal
+
+    assert replay_refusal(tiny_run) is None and own_budget(tiny_run) == 24
+    sampled = goose.generate(tiny, PROMPT, "goose", 8, temperature=0.8, seed=1, record_sources=True)
+    unrecorded = goose.generate(tiny, PROMPT, "goose", 8)
+    pld = goose.generate(tiny, PROMPT, "pld", 8, record_sources=True)
+    assert own_budget(unrecorded) == "auto"
+    for run, method, kind, words in ((sampled, "goose", ValueError, "greedy"),
+                                     (unrecorded, "goose", NoReplayDataError, "record_sources=True"),
+                                     (pld, "balanced", NoReplayDataError, "kept no adjacency table")):
+        refusal = replay_refusal(run, method)
+        assert isinstance(refusal, kind) and words in str(refusal)
+        with pytest.raises(kind, match=words) as raised:
+            check_replayable(run, method)
+        assert str(raised.value) == str(refusal)
