@@ -7,7 +7,7 @@ seconds. `spaces` patches torch when it is imported, so that `model.to("cuda")` 
 memory and the worker finds them on the GPU. Hence: import `spaces` before anything touches CUDA
 (`import_spaces`), load models at start-up in the main process, and run them only inside
 `on_gpu` functions. A worker is a fork: what it caches (the head choice, the Stop switches) does not
-come back to the main process, so each GPU call warms its own model state (`app.models.warm`).
+come back to the main process, so each GPU call warms its own model state (`app.models.warm`, through goose.warm_up).
 
 Off ZeroGPU (a CPU Space, a dedicated GPU Space where CUDA is simply present, a laptop)
 `on_gpu` returns the function itself.

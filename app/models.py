@@ -25,10 +25,6 @@ import torch
 import goose
 
 DEFAULT_ALIASES = ("", goose.DEFAULT_MODEL)
-WARM_PROMPT = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
-               "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n")
-WARM_TOKENS = 12
-_WARM = "_app_warm"  # set on a GooseModel once this process has warmed it
 log = logging.getLogger(__name__)
 
 
@@ -43,20 +39,14 @@ def canonical_name(name: str | None) -> str:
 
 
 def warm(model: goose.GooseModel) -> bool:
-    """Pay, outside any visitor's clock, what a model's first run in this process pays once: the head
-    choice (timed per model), the verification cost table (measured once per device, then read from
-    disk), the packed weights and the kernels' first calls — one short run
-    of every method with the default head, sources recorded as Explore does. False when already warm."""
-    if model.__dict__.get(_WARM):
-        return False
-    for method in goose.available_methods():
-        goose.generate(model, WARM_PROMPT, method, WARM_TOKENS, record_sources=True)
-    model.__dict__[_WARM] = True
-    return True
+    """Pay, outside any visitor's clock, what a model's first run in this process pays once, for every method the
+    page offers at its default budget (goose.warm_up: kept with the model). False when already warm."""
+    ran = [goose.warm_up(model, method) for method in goose.available_methods()]
+    return any(ran)
 
 
 def is_warm(model: goose.GooseModel) -> bool:
-    return bool(model.__dict__.get(_WARM))
+    return all(goose.is_warm(model, method) for method in goose.available_methods())
 
 
 class ModelRegistry:

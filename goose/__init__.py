@@ -2,7 +2,7 @@
 
 from goose.check import run_what_if
 from goose.config import GooseConfig
-from goose.decode import Generation, generate, stream
+from goose.decode import Generation, generate, is_warm, stream, warm_up
 from goose.diagnose import Diagnosis, StepDiagnosis, diagnose
 from goose.drafters import METHODS, Drafter, DraftState, available_methods, unavailable_methods
 from goose.hf_generate import goose_generate, goose_model_for
@@ -18,5 +18,5 @@ from goose.whatif import RunWhatIf, WhatIf, what_if
 __all__ = ["DEFAULT_MODEL", "METHODS", "Diagnosis", "DraftState", "DraftTree", "Drafter", "Generation", "GooseConfig",
            "GooseModel", "ModelLoadError", "NodeRecord", "RunRecord", "RunWhatIf", "Sampling", "StepDiagnosis",
            "StepRecord", "SuffixStore", "UnsupportedModelError", "WhatIf", "available_methods", "diagnose", "generate",
-           "goose_generate", "goose_model_for", "load_model", "optimal_tree", "run_what_if", "stream",
-           "unavailable_methods", "what_if"]
+           "goose_generate", "goose_model_for", "is_warm", "load_model", "optimal_tree", "run_what_if", "stream",
+           "unavailable_methods", "warm_up", "what_if"]

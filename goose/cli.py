@@ -22,9 +22,8 @@ from goose.bench import (
     run_bench,
 )
 from goose.bench.diagnosis import DIAGNOSE_FILE, format_diagnosis, load_diagnoses
-from goose.bench.runner import WARMUP_TOKENS
 from goose.bench.what_if import add_check_arguments, run_check
-from goose.decode import Generation, Request, check_request, model_target
+from goose.decode import WARM_UP_TOKENS, Generation, Request, check_request, model_target, warm_up
 from goose.drafters import available_methods, unavailable_methods
 from goose.heads.factory import HEAD_CHOICES
 from goose.parallel import ParallelError, agreed_seed, is_main_process, rank
@@ -56,14 +55,12 @@ def _generate(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - start
     once = f"model load {load_s:.1f} s"
     if args.warm_up:
-        # The bench's warm-up: a short untimed run of the same request pays what a process pays once per model
-        # (the LM head and packed linears built, costs measured or read, kernels compiled), so the timed run's
-        # clock holds what every later run in this process would pay too.
-        warm_up_tokens = min(WARMUP_TOKENS, timed.max_new_tokens)
+        # The one warm-up (goose.decode.warm_up, the bench's and the app's too): a short untimed run of the same
+        # method pays what a process pays once per model (the LM head and packed linears built, costs measured or
+        # read, the tuner's start, kernels compiled), so the timed run's clock holds what every later run would.
+        warm_up_tokens = min(WARM_UP_TOKENS, timed.max_new_tokens)
         start = time.perf_counter()
-        warm = replace(request(warm_up_tokens), sampling=timed.sampling)
-        for _ in Generation(model_target(goose_model, warm), warm):
-            pass
+        warm_up(goose_model, args.method, args.budget, args.head, typed(args.temperature), args.prompt, warm_up_tokens)
         once += f", warm-up {time.perf_counter() - start:.1f} s (an untimed {warm_up_tokens}-token run, as the bench's)"
     else:
         once += "; no warm-up: the run's clock includes the first run's set-up"
@@ -202,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print the whole run (steps and trees) as JSON")
     gen.add_argument("--tensor-parallel", action="store_true", help=TENSOR_PARALLEL_HELP)
     gen.add_argument("--no-warm-up", dest="warm_up", action="store_false",
-                     help=f"skip the untimed {WARMUP_TOKENS}-token warm-up run: the run's clock then also holds "
+                     help=f"skip the untimed {WARM_UP_TOKENS}-token warm-up run: the run's clock then also holds "
                           "what the process pays once (LM head and linears built, costs measured, kernels compiled)")
     gen.set_defaults(handler=_generate)
     prior = commands.add_parser("build-prior", help="build the model's prior rows for the adjacency table (its "

@@ -409,6 +409,37 @@ def recorders(request: Request) -> list[Observer]:
     return [Recorder(shadow)]
 
 
+WARM_UP_PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
+WARM_UP_TOKENS = 8
+
+
+def warm_up(goose_model: GooseModel, method: str = "goose", budget: int | str | None = None, head: str = "auto",
+            temperature: float = 0.0, prompt: str | Sequence[int] = WARM_UP_PROMPT,
+            max_new_tokens: int = WARM_UP_TOKENS) -> bool:
+    """Pay, outside any clock, what the first run of a request pays once per process: the head chosen (timed once
+    per model) and built, the cost table measured or read, the tuner's start learnt or read (goose.tuning), the
+    packed weights and the kernels' first calls. One short untimed run, its sources recorded as a recording run's
+    are; kept in the model's cache, so a second call for the same method, budget, head and kind of decoding does
+    nothing. Returns whether it ran. The one warm-up of the CLI, the bench and the app; a caller warming on its
+    own prompt passes a `max_new_tokens` no longer than its run's (the prompt must fit the context with it)."""
+    if is_warm(goose_model, method, budget, head, temperature):
+        return False
+    generate(goose_model, prompt, method, max_new_tokens, budget, head=head, temperature=temperature,
+             seed=0 if temperature else None, record_sources=True)
+    goose_model.cache.warmed.add(_warm_key(method, budget, head, temperature))
+    return True
+
+
+def is_warm(goose_model: GooseModel, method: str = "goose", budget: int | str | None = None, head: str = "auto",
+            temperature: float = 0.0) -> bool:
+    """Whether this process has warmed the model for that request (`warm_up`)."""
+    return _warm_key(method, budget, head, temperature) in goose_model.cache.warmed
+
+
+def _warm_key(method: str, budget: int | str | None, head: str, temperature: float) -> tuple:
+    return method, str(budget), head, bool(temperature)
+
+
 def generate(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,
              budget: int | str | None = None, **kwargs) -> RunRecord:
     """Generate to the end and return the run record."""

@@ -52,6 +52,8 @@ class ModelCache:
                  from disk once per process, not at the start of every run
     tuner_starts: key -> where a method's budget tuner starts on this model and machine (goose.tuning), read
                  from disk once per process
+    warmed:      the (method, budget, head, sampled) requests whose first-run set-up this process has paid
+                 (goose.decode.warm_up)
 
     The values' classes live above this module (they import it), so they are named here, not imported.
     """
@@ -61,6 +63,7 @@ class ModelCache:
     measured: dict[tuple, Any] = field(default_factory=dict)
     cost_tables: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     tuner_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warmed: set[tuple] = field(default_factory=set)
 
 
 @dataclass

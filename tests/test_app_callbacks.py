@@ -316,8 +316,8 @@ def test_the_app_builds(registry: ModelRegistry) -> None:
 def test_a_model_is_warmed_once_before_its_first_run_with_every_method(monkeypatch, caplog) -> None:
     registry = ModelRegistry(loader=lambda name: tiny_llama(1), allowed=[goose.DEFAULT_MODEL, "other"])
     ran = []
-    real_generate = goose.generate
-    monkeypatch.setattr(goose, "generate", lambda model, prompt, method, *a, **k: ran.append(method) or
+    real_generate = goose.decode.generate  # the one warm-up (goose.warm_up) runs through it
+    monkeypatch.setattr(goose.decode, "generate", lambda model, prompt, method, *a, **k: ran.append(method) or
                         real_generate(model, prompt, method, *a, **k))
     with caplog.at_level("INFO", logger="app.models"):
         registry.before_launch()
@@ -334,7 +334,7 @@ def test_a_model_is_warmed_once_before_its_first_run_with_every_method(monkeypat
 def test_on_zero_gpu_the_main_process_loads_the_offered_models_and_runs_none(monkeypatch) -> None:
     registry = ModelRegistry(loader=lambda name: tiny_llama(1), allowed=["a", goose.DEFAULT_MODEL, "b", "c"],
                              max_models=2)
-    monkeypatch.setattr(goose, "generate", lambda *a, **k: pytest.fail("no run in ZeroGPU's main process"))
+    monkeypatch.setattr(goose.decode, "generate", lambda *a, **k: pytest.fail("no run in ZeroGPU's main process"))
     registry.before_launch(zero_gpu=True)
     assert registry.loaded() == ["a", goose.DEFAULT_MODEL, "b"] and not registry.is_warm("a")
 

@@ -11,7 +11,7 @@ from tiny import tiny_llama
 
 import goose
 from goose import cli
-from goose.bench.runner import WARMUP_TOKENS
+from goose.decode import WARM_UP_TOKENS
 
 
 @pytest.fixture
@@ -20,6 +20,8 @@ def runs(monkeypatch, tmp_path) -> list[int]:
     monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))  # its measured costs stay out of the user's cache
     monkeypatch.setattr(goose, "load_model", lambda *args, **kwargs: tiny_llama(0))
     requested: list[int] = []
+    real_warm_up = cli.warm_up
+    monkeypatch.setattr(cli, "warm_up", lambda *args: requested.append(args[-1]) or real_warm_up(*args))
 
     class Spy(cli.Generation):
         def __init__(self, goose_model, request, *args, **kwargs) -> None:
@@ -32,12 +34,12 @@ def runs(monkeypatch, tmp_path) -> list[int]:
 
 def test_generate_warms_up_untimed_then_prints_the_run_and_the_one_off_costs_apart(runs, capsys):
     assert cli.main(["generate", "--prompt", "The cat", "--max-new-tokens", "12"]) == 0
-    assert runs == [WARMUP_TOKENS, 12], "the bench's warm-up, then the timed run"
+    assert runs == [WARM_UP_TOKENS, 12], "the bench's warm-up, then the timed run"
     out, err = capsys.readouterr()
     run_line, once_line = err.strip().splitlines()[-2:]
     assert re.search(r"12 tokens in \d+ forward passes .* [\d.]+ tokens/s, [\d.]+ s; stop: max_new_tokens", run_line)
     assert re.fullmatch(r"\[once per process, outside the run's clock\] model load [\d.]+ s, "
-                        rf"warm-up [\d.]+ s \(an untimed {WARMUP_TOKENS}-token run, as the bench's\)", once_line)
+                        rf"warm-up [\d.]+ s \(an untimed {WARM_UP_TOKENS}-token run, as the bench's\)", once_line)
     assert out.strip(), "the text goes to stdout, the figures to stderr"
 
 

@@ -62,3 +62,20 @@ def test_traces_written_before_the_clock_fields_still_load(tiny):
     del data["head"], data["totals"]["setup_s"]
     run = RunRecord.from_dict(data)
     assert run.head == "screened" and run.totals.setup_s == 0.0
+
+
+def test_the_one_warm_up_runs_once_per_method_budget_head_and_kind_of_decoding(monkeypatch, tmp_path):
+    """goose.warm_up is kept in the model's cache: a second call for the same request does nothing, another
+    method, budget or sampling warms again; is_warm says which are warm."""
+    monkeypatch.setenv("GOOSE_CACHE", str(tmp_path))
+    model, ran = tiny_llama(2), []
+    real_generate = goose.decode.generate
+    monkeypatch.setattr(goose.decode, "generate", lambda m, prompt, method, tokens, budget, **k:
+                        ran.append((method, budget, k["temperature"])) or real_generate(m, prompt, method, tokens,
+                                                                                         budget, **k))
+    assert not goose.is_warm(model, "goose")
+    assert goose.warm_up(model, "goose") and not goose.warm_up(model, "goose")
+    assert goose.is_warm(model, "goose") and not goose.is_warm(model, "goose", 16)
+    assert goose.warm_up(model, "goose", 16) and goose.warm_up(model, "pld") and goose.warm_up(model, "goose",
+                                                                                                temperature=0.7)
+    assert ran == [("goose", None, 0.0), ("goose", 16, 0.0), ("pld", None, 0.0), ("goose", None, 0.7)]

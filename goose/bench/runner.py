@@ -37,7 +37,7 @@ from goose.bench.suites import BenchPrompt, format_prompt, load_suite
 from goose.bench.summary import summarize, write_summary_csv
 from goose.bench.what_if import CHECK_FILE, append_rows, check_prompt, load_rows, summarize_checks
 from goose.costs import choose_head
-from goose.decode import generate
+from goose.decode import WARM_UP_TOKENS, generate, warm_up
 from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.metrics import BASELINE, MethodMetrics
 from goose.model import GooseModel
@@ -46,7 +46,6 @@ from goose.parallel import is_main_process, rank
 from goose.target import eos_ids
 from goose.trace import RunRecord, RunTotals
 
-WARMUP_TOKENS = 8
 WHAT_IF_FOLDER = "what-if"  # beside runs.jsonl: one recorded trace of goose per prompt (--what-if)
 
 
@@ -187,11 +186,17 @@ def diagnose_runs(goose_model: GooseModel, prompt: BenchPrompt, timed: Sequence[
                                                                settings.max_new_tokens, settings.budget, settings.head))
 
 
-def warm_up(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | str | None,
+def warm_up_methods(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], budget: int | str | None,
             temperature: float = 0.0, head: str = "auto") -> None:
-    """One short untimed generation per method, so that no timed run pays for once-per-model set-up."""
+    """One short untimed generation per method on the first prompt, so that no timed run pays for once-per-model
+    set-up: Goose's methods through the library's warm-up (goose.decode.warm_up), transformers' through its own."""
+    text = format_prompt(goose_model.tokenizer, prompt)
     for method in methods:
-        run_one(goose_model, prompt, method, WARMUP_TOKENS, budget, temperature, head)
+        if method in HF_METHODS:
+            run_one(goose_model, prompt, method, WARM_UP_TOKENS, budget, temperature, head)
+        else:
+            name, own_budget = method_budget(method, budget)
+            warm_up(goose_model, name, own_budget, head, temperature, text, WARM_UP_TOKENS)
 
 
 def run_prompt(goose_model: GooseModel, prompt: BenchPrompt, methods: Sequence[str], max_new_tokens: int,
@@ -252,7 +257,7 @@ def run_bench(settings: BenchSettings, out_dir: Path, goose_model: GooseModel | 
     (out_dir / DIAGNOSE_FILE).unlink(missing_ok=True)
     meta = machine_info(goose_model, settings)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    warm_up(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
+    warm_up_methods(goose_model, prompts[0], methods, settings.budget, settings.temperature, settings.head)
     meta["head_used"] = choose_head(goose_model, settings.head)  # what "auto" picked on this machine
     meta["body_linears"] = body_linears(goose_model.model)  # every method's verification pass (goose.packed)
 

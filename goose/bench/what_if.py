@@ -20,7 +20,7 @@ from typing import Any
 
 from goose import metrics
 from goose.check import run_what_if
-from goose.decode import generate
+from goose.decode import generate, warm_up
 from goose.drafters import Balanced, SpineTree
 from goose.model import GooseModel
 from goose.trace import RunTotals
@@ -164,7 +164,7 @@ def run_check(args: argparse.Namespace) -> int:
     path = args.out / CHECK_FILE
     done = {row.prompt_id for row in load_rows(path)}
     for method in (metrics.BASELINE, SpineTree.name, Balanced.name):  # once-per-model set-up outside the clocks
-        generate(goose_model, "def warm_up(n):", method, 8, head=args.head)
+        warm_up(goose_model, method, head=args.head)
     for suite in args.suite:
         for prompt in load_suite(suite, args.limit):
             if prompt.id in done:
