@@ -310,15 +310,19 @@ def _times(value: float | None) -> str:
 
 
 def check_line(label: str, result: RunWhatIf) -> str:
-    """One checked setting: 'estimated τ X, measured Y (error Z%)', and the same for the speed-up."""
+    """One checked setting: 'estimated τ X, measured Y (error Z%)', the same for the speed-up, and both runs it
+    divides: the real run and the autoregressive baseline measured just before it."""
     real = result.measured
+    base = real.baseline.totals
     tau = (f'estimated τ <b class="lab-est-tau">{result.tau:.2f}</b>, measured '
            f'<b class="lab-real-tau">{real.tau:.2f}</b> (error {_percent(result.tau_error)})')
-    speed = (f"estimated speed-up {_times(result.speedup)}, measured {_times(real.speedup)} "
-             f"(error {_percent(result.speedup_error)})")
+    speed = (f'estimated speed-up <span class="lab-est-speedup">{_times(result.speedup)}</span>, measured '
+             f'<span class="lab-real-speedup">{_times(real.speedup)}</span> (error {_percent(result.speedup_error)})')
+    runs = (f'real run {real.wall_s:.2f} s, <span class="lab-real-tps">{real.tokens_per_s:.1f}</span> tokens/s; '
+            f'autoregressive just before it {base.wall_s:.2f} s, <span class="lab-base-tps">'
+            f'{metrics.tokens_per_s(base):.1f}</span> tokens/s')
     note = "" if real.same_tokens else ' <span style="color:#b91c1c">(output differs from autoregressive)</span>'
-    return (f'<li class="lab-check-row"><b>{html.escape(label)}</b>: {tau}; {speed}; real run {real.wall_s:.2f} s, '
-            f"{real.tokens_per_s:.1f} tokens/s{note}</li>")
+    return f'<li class="lab-check-row"><b>{html.escape(label)}</b>: {tau}; {speed}; {runs}{note}</li>'
 
 
 def check_html(lines: list[str], note: str = "") -> str:
@@ -342,7 +346,8 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
           depth: Any, order: str, branching: Any, bigram: bool, whole_sweep: bool = False, session: str | None = None,
           progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> Checked:
     """Run the model at the chosen setting (or, with `whole_sweep`, at every budget of the sweep for the chosen
-    method) on the run's prompt, beside autoregressive decoding, and set each measurement beside its estimate.
+    method) on the run's prompt, each time just after autoregressive decoding (goose.check: the two alternate), and
+    set each measurement beside its estimate.
 
     Stop or the server's time limit end the check within a step of the real run in flight; what was measured
     stays."""
@@ -372,7 +377,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
                 why = "you pressed Stop" if guard.reason() == STOPPED else "this server's time limit"
                 notes.append(f"stopped ({why}): {len(todo) - i} of {len(todo)} settings not run")
                 break
-            progress((i, len(todo)), desc=f"running {label} (and autoregressive once)", unit="runs")
+            progress((i, len(todo)), desc=f"running autoregressive, then {label}", unit="runs")
             try:
                 result = run_what_if(run, model=model, check=True, cancel=lambda: bool(guard.reason()), **setting)
             except CheckCancelled:
@@ -434,11 +439,11 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
     gr.Markdown("### The whole run at other budgets, on the device it was recorded on\nEstimated from the run's "
                 "own sources and the cost of a verification pass measured where it ran (the star: the budget with "
                 "the most estimated tokens per second). *Check with a real run* runs the model at the chosen "
-                "setting on the run's prompt (and plain autoregressive decoding once) and draws what it measured "
-                "beside the estimate, with the error of each. Far above the budgets the run itself drafted, the "
-                "estimated τ is a lower bound: a big tree recycles the rows of its own rejected nodes, which a "
-                "recording of small trees never computed. Check the whole sweep to see how far off it is for "
-                "this run.")
+                "setting on the run's prompt (and plain autoregressive decoding just before it, every time) and "
+                "draws what it measured beside the estimate, with the error of each. Far above the budgets the run "
+                "itself drafted, the estimated τ is a lower bound: a big tree recycles the rows of its own rejected "
+                "nodes, which a recording of small trees never computed. Check the whole sweep to see how far off "
+                "it is for this run.")
     with gr.Row():
         with gr.Column(scale=3):
             sweep_plot = gr.Plot(label="budget sweep", elem_id="lab-sweep")

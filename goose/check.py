@@ -2,7 +2,8 @@
 
 A replay (goose.whatif) estimates what a setting would have done on a recorded run;
 this module runs the model at that setting on the same prompt, and autoregressive
-decoding beside it, so that every estimate can be shown with its error. The run's
+decoding just before it, every time (the two alternate, so a speed-up divides two runs made
+under the same load), so that every estimate can be shown with its error. The run's
 own setting reproduces the recorded trees exactly (a run is a function of its
 inputs), so its check differs from the estimate in time alone.
 """
@@ -26,9 +27,10 @@ class CheckCancelled(RuntimeError):
 
 @dataclass
 class RealRun:
-    """The model run for real at a what-if's settings on the same prompt, beside the autoregressive baseline.
+    """The model run for real at a what-if's settings on the same prompt, beside the autoregressive baseline
+    measured just before it.
 
-    tau, wall_s, tokens_per_s: the real run's (stopwatch from the call); speedup: over the baseline
+    tau, wall_s, tokens_per_s: the real run's (its clock: goose.decode); speedup: over the baseline's tokens/s
     (goose.metrics); same_tokens: it produced the baseline's tokens (lossless)."""
 
     run: RunRecord
@@ -64,21 +66,18 @@ def to_the_end(generation: Generation, cancel: Callable[[], bool] | None) -> Run
 
 
 def baseline_run(goose_model: GooseModel, run: RunRecord, cancel: Callable[[], bool] | None = None) -> RunRecord:
-    """The autoregressive run on `run`'s prompt and length with its head (a greedy baseline is the same every
-    time, so it is run once per model and kept with it)."""
-    key = ("baseline", tuple(run.prompt_tokens), run.max_new_tokens, run.head)
-    kept = goose_model.cache.measured
-    if key not in kept:
-        kept[key] = to_the_end(stream(goose_model, list(run.prompt_tokens), metrics.BASELINE, run.max_new_tokens,
-                                      head=run.head), cancel)
-    return kept[key]
+    """The autoregressive run on `run`'s prompt and length with its head, measured now: a baseline kept from
+    earlier was measured under another load than the run it is set beside."""
+    return to_the_end(stream(goose_model, list(run.prompt_tokens), metrics.BASELINE, run.max_new_tokens,
+                             head=run.head), cancel)
 
 
 def real_run(goose_model: GooseModel, run: RunRecord, settings: dict[str, Any],
              cancel: Callable[[], bool] | None = None) -> RealRun:
     """Run the model at `settings` over the run's own (the rule of goose.whatif.resolve_settings) on `run`'s prompt,
     with the store of past outputs it read (as it was then): what a replay estimates, measured. `cancel` is asked
-    after every step; when it answers True the run stops and CheckCancelled is raised."""
+    after every step; when it answers True the run stops and CheckCancelled is raised. The baseline runs just
+    before it, every time: a sweep of checks alternates the two."""
     method, config = resolve_settings(run, settings)
     baseline = baseline_run(goose_model, run, cancel)
     budget = "auto" if config.auto_budget else config.budget
@@ -92,7 +91,7 @@ def run_what_if(run: RunRecord, *, check: bool = False, model: GooseModel | None
     """`run` replayed under `settings` (goose.whatif.replay; none: the run's own setting, which rebuilds the run
     itself): tau, passes and an estimated speed from the run's cost table.
 
-    check=True runs `model` at these settings on the same prompt (and autoregressive decoding once per model)
+    check=True runs `model` at these settings on the same prompt (and autoregressive decoding just before it)
     and keeps the real run in `.measured` beside the estimate (`.tau_error`, `.speedup_error`); `cancel` (asked
     after every step of it) stops it with CheckCancelled."""
     if check and model is None:

@@ -9,8 +9,10 @@ token, and lets the drafter and the sources learn from what the step revealed.
 
 A run is a function of its inputs: the budget tuner starts fresh in every run and reads
 a cost table fixed before the run starts, so the same prompt, model, settings and seed
-draft the same trees, in any process, whatever ran before. What a recorded run keeps is
-taken by observers of the loop, outside the run's clock.
+draft the same trees, in any process, whatever ran before. The run's clock holds decoding work
+alone: what a recorded run keeps is taken by observers of the loop, node texts are named, and a
+caller's work between two steps is done, outside it. The output's text is decoded as it grows
+(goose.text), a short window per step, so text work per token does not grow with the output.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from goose.model import GooseModel
 from goose.sampling import Sampling
 from goose.sources import AdjacencyTable, ContextMatch, ContextMatcher, SuffixSource, SuffixStore
 from goose.target import ModelTarget, Target
+from goose.text import OutputText
 from goose.trace import NodeRecord, RunRecord, StepRecord
 from goose.tree import ROOT, DraftTree
 from goose.tuning import CALIBRATION_TOKENS, learnt_start
@@ -57,7 +60,9 @@ class Generation:
 
     The run's clock starts at `started` (the moment the user asked, by default now), so that its wall
     time holds everything the user waits for: encoding and set-up as well as the steps, but not what
-    `observers` do.
+    `observers` do, nor the naming of each step's node texts (for the trace), nor what the caller does with a
+    step before it asks for the next (rendering it, streaming it to a page): `goose.generate`, which does
+    nothing between steps, and any front end measure the same run the same.
     """
 
     def __init__(self, target: Target, request: Request, started: float | None = None,
@@ -93,6 +98,7 @@ class Generation:
             self.adjacency = AdjacencyTable.from_config(self.config, prior[1] if prior else None)
             self.run.prior = prior[0] if prior else None
         self.observers = list(observers)
+        self.output = OutputText(target.text, self.stop)
         self.drafted: Counter = Counter()
         self.accepted_by_source: Counter = Counter()
 
@@ -129,7 +135,9 @@ class Generation:
             self._clock()
             if done:  # before the last step is handed out: a caller may stop iterating at it
                 self._remember()
+            handed = time.perf_counter()
             yield step
+            self._off_clock(handed)  # the caller's time with the step is not the run's
             if done:
                 return
             path = [anchor, *new_tokens]
@@ -142,7 +150,11 @@ class Generation:
         started = time.perf_counter()
         for observer in self.observers:
             getattr(observer, event)(self, *args)
-        paused = time.perf_counter() - started
+        return self._off_clock(started)
+
+    def _off_clock(self, since: float) -> float:
+        """Take the time from `since` to now off the run's clock; returns it."""
+        paused = time.perf_counter() - since
         self._start += paused
         return paused
 
@@ -190,6 +202,7 @@ class Generation:
         True when the run is over. `tree` and `verification` are None for the prefill's token."""
         run = self.run
         reason = ""
+        before = len(run.tokens)
         for token in new_tokens:
             run.tokens.append(token)
             for pool in self.pools:
@@ -202,12 +215,9 @@ class Generation:
                 reason = self.target.ends_after(len(run.tokens))
             if reason:
                 break
-        text = self.target.text(run.tokens)
-        for stop in self.stop:
-            cut = text.find(stop)
-            if cut >= 0:
-                text, reason = text[:cut], "stop_string"
-        run.text = text
+        if self.output.extend(run.tokens[before:]):
+            reason = "stop_string"
+        run.text = self.output.finish() if reason else self.output.text  # a finished run's text: the full decode
         run.stop_reason = reason
         totals = run.totals
         if tree is not None:
@@ -227,8 +237,11 @@ class Generation:
 
     def _record(self, tree: DraftTree, verification: Verification, committed: list[int], draft_s: float,
                 verify_s: float, observe_s: float, budget: int) -> StepRecord:
-        """The step as the trace keeps it: every node with its text, source, status and the target's choice."""
+        """The step as the trace keeps it: every node with its text (named off the run's clock: text work, not
+        decoding), source, status and the target's choice."""
+        named = time.perf_counter()
         texts = self.target.token_texts(tree.tokens + [verification.bonus])
+        self._off_clock(named)
         nodes = []
         for i in range(len(tree)):
             verdict = verification.verdicts.get(i)

@@ -46,8 +46,6 @@ class ModelCache:
 
     heads:       LM head kind -> the head built for this model (goose.heads.factory.head_for, an LMHead)
     head_choice: the head "auto" runs on this device, timed once (goose.costs.choose_head); None until then
-    measured:    runs measured once per model and kept, by what decides them (goose.check.baseline_run: a
-                 greedy autoregressive run is the same every time)
     cost_tables: (cache file, key) -> the verification cost table read from it (goose.costs.cost_table): read
                  from disk once per process, not at the start of every run
     tuner_starts: key -> where a method's budget tuner starts on this model and machine (goose.tuning), read
@@ -60,7 +58,6 @@ class ModelCache:
 
     heads: dict[str, Any] = field(default_factory=dict)
     head_choice: str | None = None
-    measured: dict[tuple, Any] = field(default_factory=dict)
     cost_tables: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
     tuner_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
     warmed: set[tuple] = field(default_factory=set)

@@ -154,8 +154,9 @@ class StepRecord:
 class RunTotals:
     """Totals of a run. tau = new tokens / target forward passes (prefill counted).
 
-    wall_s runs from the call to the last token, set-up included; setup_s is the part before the
-    prefill (encoding, head, verifier, tables), prefill_s the prompt's forward pass."""
+    wall_s runs from the call to the last token, set-up included, the caller's time between steps, observers
+    and node texts left out (goose.decode.Generation); setup_s is the part before the prefill (encoding, head,
+    verifier, tables), prefill_s the prompt's forward pass."""
 
     new_tokens: int = 0
     forward_passes: int | None = 0  # None where the passes were not counted

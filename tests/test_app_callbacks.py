@@ -7,6 +7,7 @@ import inspect
 import json
 import re
 import threading
+import time
 from dataclasses import fields
 
 import gradio as gr
@@ -16,6 +17,7 @@ from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from app import callbacks
+from app.limits import RunGuard
 from app.models import ModelRegistry, canonical_name
 from app.outputs import KEEP, bound, outputs
 from app.race_trace import load_race
@@ -353,3 +355,48 @@ def test_make_traces_refuses_a_busy_machine_unless_forced(monkeypatch, capsys) -
     assert make_traces.main([]) == 1 and "40%" in capsys.readouterr().err
     monkeypatch.setattr(make_traces, "cpu_share", lambda seconds=1.0: 0.97)
     assert make_traces.main([]) == 0 and recorded == [True, True]
+
+
+RENDER_S = 0.01
+
+
+def test_explore_renders_each_streamed_view_off_the_run_s_clock(registry: ModelRegistry, monkeypatch) -> None:
+    """The page's work (the coloured text drawn for every view streamed while the run goes on) is not the run's:
+    the run's clock leaves it out, as goose.generate's holds none."""
+    text_html, rendered = callbacks.text_html, []
+
+    def slow_text_html(run):
+        rendered.append(len(run.steps))
+        time.sleep(RENDER_S)
+        return text_html(run)
+
+    monkeypatch.setattr(callbacks, "text_html", slow_text_html)
+    monkeypatch.setattr(callbacks, "STREAM_INTERVAL_S", 0.0)  # a view after every step
+    start = time.perf_counter()
+    *streamed, shown = callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "goose", "8", 40)
+    elapsed = time.perf_counter() - start
+    during = len(rendered) - 1  # the last one draws the finished run
+    assert during == len(shown.run.steps) > 2 and len(streamed) >= during
+    assert elapsed - shown.run.totals.wall_s >= len(rendered) * RENDER_S
+
+
+def test_race_keeps_progress_and_stop_checks_off_each_racer_s_clock(registry: ModelRegistry, monkeypatch) -> None:
+    """Progress reports and the Stop check between two steps do not count in any racer's clock."""
+    reason, checks = RunGuard.reason, []
+
+    def slow_reason(self):
+        checks.append(1)
+        time.sleep(RENDER_S)
+        return reason(self)
+
+    def slow_progress(*args, **kwargs):
+        time.sleep(RENDER_S)
+
+    monkeypatch.setattr(RunGuard, "reason", slow_reason)
+    start = time.perf_counter()
+    view = callbacks.race(registry, LIST_PROMPT, "tiny-gemma3", [], "8", 24, progress=slow_progress)
+    elapsed = time.perf_counter() - start
+    runs = load_race(view.download.value["path"])
+    steps = sum(len(run.steps) for run in runs.values())
+    assert len(checks) >= steps > len(runs)
+    assert elapsed - sum(run.totals.wall_s for run in runs.values()) >= (steps + len(runs)) * RENDER_S

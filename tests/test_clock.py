@@ -64,6 +64,39 @@ def test_traces_written_before_the_clock_fields_still_load(tiny):
     assert run.head == "screened" and run.totals.setup_s == 0.0
 
 
+PAUSE_S = 0.01
+
+
+def test_the_clock_leaves_out_what_the_caller_does_between_steps(tiny):
+    """A caller that renders or streams each step (the app's Explore) does it off the run's clock, so the run
+    reads what goose.generate, which does nothing between steps, reads."""
+    start = time.perf_counter()
+    generation = goose.stream(tiny, "abcabcabc", "goose", 16, budget=8)
+    for _ in generation:
+        time.sleep(PAUSE_S)
+    elapsed = time.perf_counter() - start
+    steps = len(generation.run.steps)
+    assert steps > 2 and elapsed - generation.run.totals.wall_s >= steps * PAUSE_S
+
+
+def test_node_texts_are_named_off_the_clock(tiny, monkeypatch):
+    """Naming each step's nodes (text work for the trace) is not decoding: the clock leaves it out."""
+    token_texts = goose.target.ModelTarget.token_texts
+    named = []
+
+    def slow_token_texts(self, tokens):
+        named.append(len(tokens))
+        time.sleep(PAUSE_S)
+        return token_texts(self, tokens)
+
+    monkeypatch.setattr(goose.target.ModelTarget, "token_texts", slow_token_texts)
+    start = time.perf_counter()
+    run = goose.generate(tiny, "abcabcabc", "goose", 16, budget=8)
+    elapsed = time.perf_counter() - start
+    assert len(named) == len(run.steps) > 2 and elapsed - run.totals.wall_s >= len(named) * PAUSE_S
+    assert all(node.text == tiny.token_texts([node.token])[0] for step in run.steps for node in step.nodes)
+
+
 def test_the_one_warm_up_runs_once_per_method_budget_head_and_kind_of_decoding(monkeypatch, tmp_path):
     """goose.warm_up is kept in the model's cache: a second call for the same request does nothing, another
     method, budget or sampling warms again; is_warm says which are warm."""

@@ -216,8 +216,9 @@ def test_acceptance_by_source_and_depth_counts_drafted_and_accepted_nodes():
 
 def fake_result(tau: float, speedup: float, real_tau: float, real_speedup: float, method: str = "goose"):
     """A RunWhatIf with a real run beside it, as run_what_if(..., check=True) returns one."""
+    baseline = SimpleNamespace(totals=SimpleNamespace(new_tokens=32, wall_s=1.25))
     real = SimpleNamespace(tau=real_tau, speedup=real_speedup, wall_s=1.0, tokens_per_s=32.0, same_tokens=True,
-                           run=None)
+                           run=None, baseline=baseline)
     return SimpleNamespace(method=method, tau=tau, speedup=speedup, measured=real, tau_error=tau / real_tau - 1,
                            speedup_error=speedup / real_speedup - 1)
 
@@ -251,6 +252,8 @@ def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypat
     text = re.sub("<[^>]+>", "", result.checks)
     assert "estimated τ 2.40, measured 2.00 (error +20.0%)" in text
     assert "estimated speed-up 1.50x, measured 1.20x (error +25.0%)" in text
+    assert "real run 1.00 s, 32.0 tokens/s; autoregressive just before it 1.25 s, 25.6 tokens/s" in text, \
+        "both runs the speed-up divides are shown"
     assert result.measured == {"goose": {12: (2.0, 1.2)}}
     diamonds = [t for t in result.sweep.data if t.name == "goose measured"]
     assert [list(t.x) for t in diamonds] == [[12], [12]] and [list(t.y) for t in diamonds] == [[2.0], [1.2]]
@@ -276,9 +279,13 @@ def test_check_runs_the_model_for_real(registry, model):
     short = goose.generate(model, PROMPT, "goose", 12, budget=8, record_sources=True)
     curves = lab.estimates(short)
     result = lab.check(registry, short, curves, {}, *{**shape_of(short), "budget": 8}.values(), False)
-    real_tau = result.measured["goose"][8][0]
+    real_tau, real_speedup = result.measured["goose"][8]
     assert real_tau == pytest.approx(short.totals.tau), "the same setting on the same prompt: the same passes"
-    assert f"measured {real_tau:.2f}" in re.sub("<[^>]+>", "", result.checks)
+    text = re.sub("<[^>]+>", "", result.checks)
+    assert f"measured {real_tau:.2f}" in text and f"measured {real_speedup:.2f}x" in text
+    real_tps, base_tps = (float(re.search(rf'class="lab-{name}">([0-9.]+)<', result.checks)[1])
+                          for name in ("real-tps", "base-tps"))
+    assert real_speedup == pytest.approx(real_tps / base_tps, rel=0.02), "the speed-up divides the two runs shown"
     assert any(t.name == "goose measured" for t in result.sweep.data)
 
 

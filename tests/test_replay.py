@@ -11,7 +11,7 @@ from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose.budget import interpolate_cost
-from goose.check import CheckCancelled, baseline_run, run_what_if
+from goose.check import CheckCancelled, run_what_if
 from goose.trace import RunRecord
 from goose.whatif import (
     LatestRows,
@@ -125,17 +125,27 @@ def test_a_node_no_pass_saw_reads_its_tokens_latest_row_at_its_place(models):
     assert any(isinstance(s.shadow, list) and s.shadow for s in run.steps)
 
 
-def test_check_runs_the_model_beside_the_estimate(models):
+def test_check_runs_the_model_beside_the_estimate(models, monkeypatch):
     goose_model = models[0]
     recorded = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    started = []
+
+    def logged_stream(model, prompt, method, *args, **kwargs):
+        started.append(method)
+        return goose.stream(model, prompt, method, *args, **kwargs)
+
+    monkeypatch.setattr(goose.check, "stream", logged_stream)
     checked = run_what_if(recorded, check=True, model=goose_model, budget=6)
+    again = run_what_if(recorded, check=True, model=goose_model, budget=6)
+    assert started == ["autoregressive", "goose"] * 2, "each check measures its baseline just before its run"
+    assert again.measured.baseline is not checked.measured.baseline
+    assert again.measured.baseline.tokens == checked.measured.baseline.tokens
     real = goose.generate(goose_model, PROMPTS[0], "goose", 30, budget=6)
     measured = checked.measured
     assert measured.run.tokens == real.tokens == recorded.tokens and measured.same_tokens
     assert measured.tau == pytest.approx(real.totals.tau) and measured.wall_s > 0 and measured.speedup > 0
     assert checked.tau_error == pytest.approx(checked.tau / measured.tau - 1)
     assert checked.speedup_error == pytest.approx(checked.speedup / measured.speedup - 1)
-    assert baseline_run(goose_model, recorded) is measured.baseline, "the baseline runs once per model and prompt"
     assert measured.baseline.method == "autoregressive" and measured.baseline.tokens == recorded.tokens
     assert run_what_if(recorded, budget=6).measured is None
     with pytest.raises(ValueError, match="model="):
