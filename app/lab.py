@@ -35,8 +35,20 @@ from goose.check import CheckCancelled, run_what_if
 from goose.config import GooseConfig
 from goose.drafters import METHODS, Balanced, SpineTree, available_methods
 from goose.model import GooseModel
-from goose.trace import NodeRecord, RunRecord, StepRecord
-from goose.whatif import NoReplayDataError, RunWhatIf, WhatIf, best_budget, sweep, what_if
+from goose.trace import RunRecord, StepRecord
+from goose.validate import AUTO
+from goose.whatif import (
+    NoReplayDataError,
+    RunWhatIf,
+    WhatIf,
+    best_budget,
+    own_budget,
+    rebuilt_record,
+    recorded_texts,
+    replay_refusal,
+    sweep,
+    what_if,
+)
 
 SWEEP_BUDGETS = (4, 8, 12, 16, 24, 32, 48, 64)
 SWEEP_METHODS = (SpineTree.name, Balanced.name)
@@ -70,36 +82,9 @@ def settings_from(method: str, budget: Any, fixed_share: bool, share: Any, rho: 
     return settings
 
 
-def _texts(run: RunRecord, step: StepRecord) -> dict[int, str]:
-    texts = dict(run.token_texts)
-    texts.update((node.token, node.text) for node in step.nodes)
-    texts[step.bonus_token] = step.bonus_text
-    return texts
-
-
-def rebuilt_step(run: RunRecord, step: StepRecord, result: WhatIf) -> StepRecord:
-    """The rebuilt tree as a StepRecord, so tree_view draws it as the real one: accepted path, tried children
-    rejected, and the next revealed token as the bonus ('?' when the tree holds all that was revealed)."""
-    tree, path = result.tree, result.accepted_path
-    texts = _texts(run, step)
-    on_path = [0, *path]
-    targets = {node: result.revealed[k] for k, node in enumerate(on_path) if k < len(result.revealed)}
-    tried = {child for node in on_path for child in tree.child_list(node)}
-    nodes = []
-    for i in range(len(tree)):
-        status = "root" if i == 0 else "accepted" if i in path else "rejected" if i in tried else "unvisited"
-        nodes.append(NodeRecord(token=tree.tokens[i], text=texts.get(tree.tokens[i], f"#{tree.tokens[i]}"),
-                                source=tree.sources[i], parent=tree.parents[i], depth=tree.depths[i],
-                                score=tree.scores[i], target=targets.get(i), status=status))
-    bonus = result.revealed[result.accepted] if not result.lower_bound else -1
-    return StepRecord(index=step.index, nodes=nodes, accepted=path, bonus_token=bonus,
-                      bonus_text=texts.get(bonus, "?"), committed=result.revealed[:result.accepted + 1],
-                      draft_s=0.0, verify_s=0.0, budget=result.budget)
-
-
 def verdict_html(run: RunRecord, step: StepRecord, result: WhatIf) -> str:
     """'Would have accepted N (real: M)', the revealed continuation with the part this tree gets marked."""
-    texts = _texts(run, step)
+    texts = recorded_texts(run)
     tokens = []
     for k, token in enumerate(result.revealed):
         style = "background:#10b98133;border-bottom:3px solid #10b981" if k < result.accepted else "color:#6b7280"
@@ -191,17 +176,15 @@ def depth_chart(run: RunRecord | None) -> go.Figure | None:
 
 
 def cannot_rebuild(run: RunRecord | None) -> str:
-    """Why the Lab cannot rebuild this run's trees ('' when it can)."""
+    """Why the Lab cannot rebuild this run's trees ('' when it can): the library's reason (goose.whatif.replay_refusal),
+    with where to get a run that can."""
     if run is None or not run.steps:
         return NO_RUN
-    if not run.has_replay_data:
-        return ("**Cannot rebuild:** this run was recorded without its sources, so its trees cannot be "
-                "rebuilt. Generate it again in Explore (the app records them), or record the trace with "
-                "`goose.generate(..., record_sources=True)`.")
-    if run.sampling.get("temperature", 0.0):
-        return ("**Cannot rebuild:** this run sampled (temperature > 0); a sampled step reveals a draw, not the "
-                "target's greedy continuation, so other trees cannot be scored against it.")
-    return ""
+    refusal = replay_refusal(run)
+    if refusal is None:
+        return ""
+    return (f"**Cannot rebuild:** {refusal}. Generate a run in Explore (the app records what a replay needs) "
+            "and open it here.")
 
 
 @dataclass
@@ -277,7 +260,7 @@ def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_s
     except (ValueError, TypeError) as error:
         raise gr.Error(f"These settings cannot be rebuilt: {error}") from error
     chart = run_chart(run, replay_whole(run, settings))
-    rebuilt = tree_iframe(rebuilt_step(run, step, result), TREE_HEIGHT).replace(
+    rebuilt = tree_iframe(rebuilt_record(run, step.index, result), TREE_HEIGHT).replace(
         'title="speculation tree', 'title="rebuilt tree', 1)
     return Rebuilt(verdict=verdict_html(run, step, result), real_tree=tree_iframe(step, TREE_HEIGHT),
                    rebuilt_tree=rebuilt, run_chart=chart)
@@ -362,7 +345,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
     if whole_sweep:  # the sweep's own settings: the method at each budget, the shape as the run's
         todo = [(f"{method}, budget {b}", {"method": method, "budget": b}) for b in SWEEP_BUDGETS]
     else:
-        own = run.config.get("budget") if not run.config.get("auto_budget") else "auto"
+        own = own_budget(run)
         todo = [(f"{method}, budget {settings.get('budget', f'{own} (the run’s own)')}", settings)]
     skipped = [label for label, s in todo if s.get("budget", 0) > limits.max_budget]
     todo = [(label, s) for label, s in todo if s.get("budget", 0) <= limits.max_budget]
@@ -387,8 +370,8 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
             except (ValueError, TypeError) as error:
                 raise gr.Error(f"These settings cannot be checked: {error}") from error
             lines.append(check_line(label, result))
-            base = setting.get("budget") or (None if run.config.get("auto_budget") else run.config.get("budget"))
-            if base is not None:
+            base = setting.get("budget") or own_budget(run)
+            if base != AUTO:
                 measured.setdefault(result.method, {})[int(base)] = (result.measured.tau, result.measured.speedup)
     finally:
         guard.release()

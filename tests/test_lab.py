@@ -131,9 +131,10 @@ def test_the_branch_order_control_rebuilds_the_papers_tree(run):
 
 
 def test_rebuilt_step_marks_the_accepted_path_and_tried_children(run):
-    step = run.steps[0]
+    from goose.whatif import rebuilt_record
+
     result = goose.what_if(run, 0, budget=32)
-    record = lab.rebuilt_step(run, step, result)
+    record = rebuilt_record(run, 0, result)  # what the Lab draws
     assert [record.nodes[n].status for n in record.accepted] == ["accepted"] * result.accepted
     assert record.nodes[0].status == "root" and len(record.nodes) == len(result.tree)
     tried = {c for n in record.path for c in result.tree.child_list(n)} - set(record.accepted)
