@@ -450,7 +450,10 @@ def is_warm(goose_model: GooseModel, method: str = "goose", budget: int | str | 
 
 
 def _warm_key(method: str, budget: int | str | None, head: str, temperature: float) -> tuple:
-    return method, str(budget), head, bool(temperature)
+    """The request a warm-up stands for: its budget read as a run reads it (blank or None: the method's default),
+    so that "auto" and None name one warm-up for a method whose default is the tuner."""
+    budget = validate.parse_budget(budget)
+    return method, METHODS[method].default_budget if budget is None else budget, head, bool(temperature)
 
 
 def generate(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,

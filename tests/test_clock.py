@@ -109,6 +109,8 @@ def test_the_one_warm_up_runs_once_per_method_budget_head_and_kind_of_decoding(m
     assert not goose.is_warm(model, "goose")
     assert goose.warm_up(model, "goose") and not goose.warm_up(model, "goose")
     assert goose.is_warm(model, "goose") and not goose.is_warm(model, "goose", 16)
+    assert goose.is_warm(model, "goose", "auto") and not goose.warm_up(model, "goose", "auto"), \
+        "None is the method's default budget: for goose, the tuner's"
     assert goose.warm_up(model, "goose", 16) and goose.warm_up(model, "pld") and goose.warm_up(model, "goose",
                                                                                                 temperature=0.7)
     assert ran == [("goose", None, 0.0), ("goose", 16, 0.0), ("pld", None, 0.0), ("goose", None, 0.7)]
