@@ -188,6 +188,83 @@ def test_race_renders_plotly_charts_and_the_lossless_badge(page) -> None:
     page.screenshot(path=str(ARTIFACTS / "race.png"), full_page=True)
 
 
+TABLE_JS = """(id) => {
+  // Gradio's dataframe is an ARIA grid: a header row, then one row per data row (drawn in two tables)
+  const rows = [...document.querySelectorAll(`#${id} [role=row]`)].map(
+      row => [...row.querySelectorAll('[role=columnheader], [role=gridcell]')].map(cell => cell.innerText.trim()));
+  return rows.length ? {head: rows[0], rows: rows.slice(1).filter(row => row.length === rows[0].length)} : null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def library_model():
+    """The model the page runs, built again in the test: the library's runs of the page's requests."""
+    from tiny import tiny_gemma3
+
+    if MODEL == "tiny-gemma3":
+        return tiny_gemma3(0)
+    return goose.load_model(None if MODEL == goose.DEFAULT_MODEL else MODEL)
+
+
+def _the_librarys(model, run):
+    """`run`'s request (prompt, method, length, budget, head) through goose.generate."""
+    from goose.whatif import own_budget
+
+    return goose.generate(model, run.prompt, run.method, run.max_new_tokens, own_budget(run), head=run.head)
+
+
+def _same_as_the_library(model, run) -> None:
+    """The page's run is the library's: the same tokens from the same trees, step by step (runs repeat)."""
+    library = _the_librarys(model, run)
+    assert library.tokens == run.tokens, f"{run.method}: the page's tokens are not the library's"
+    assert [[n.token for n in s.nodes] for s in library.steps] == [[n.token for n in s.nodes] for s in run.steps], \
+        f"{run.method}: the page's trees are not the library's"
+
+
+def test_race_table_shows_its_runs_and_each_run_is_the_librarys(page, library_model) -> None:
+    """Every number in the Race's table is its run's (goose.metrics over the runs the download holds), and every
+    run is what goose.generate gives for the same request: the page adds nothing and loses nothing."""
+    from app.race_trace import load_race
+    from goose import metrics
+
+    page.get_by_role("tab", name="Race").click()
+    page.locator("#race-examples").get_by_role("button", name="Repetitive list").click()
+    _choose(page, "race-model", MODEL)
+    _set_number(page, "race-max-new", 32)
+    # a badge left by an earlier race is marked: Gradio replaces it with this race's
+    page.evaluate("() => document.querySelector('#race-badge .goose-badge')?.setAttribute('data-seen', 'yes')")
+    page.locator("#race-run").click()
+    page.wait_for_function("() => { const badge = document.querySelector('#race-badge .goose-badge'); "
+                           "return badge !== null && !badge.dataset.seen; }")
+    page.wait_for_function(f"() => ({TABLE_JS})('race-table')?.rows.length > 1")
+    table = page.evaluate(f"({TABLE_JS})('race-table')")
+    with page.expect_download() as download:
+        page.locator("#race-download").click()
+    runs = load_race(download.value.path())
+    column = {name: table["head"].index(name) for name in ("method", "new tokens", "τ", "tokens/s", "wall s")}
+    shown = {row[column["method"]]: row for row in table["rows"]}
+    assert set(shown) == set(runs), (table, list(runs))
+    for m in metrics.race_metrics(runs):
+        row = shown[m.method]
+        assert int(row[column["new tokens"]]) == m.new_tokens
+        assert float(row[column["τ"]]) == pytest.approx(m.tau, abs=0.006)
+        assert float(row[column["tokens/s"]]) == pytest.approx(m.tokens_per_s, abs=0.06)
+        assert float(row[column["wall s"]]) == pytest.approx(m.wall_s, abs=0.006)
+    for run in runs.values():
+        _same_as_the_library(library_model, run)
+
+
+def test_explore_shows_its_runs_clock_and_the_run_is_the_librarys(page, library_model) -> None:
+    """Explore's tokens/s is its run's own clock (the download's), and the run is goose.generate's."""
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-examples").get_by_role("button", name="Repetitive list").click()
+    _choose(page, "explore-model", MODEL)
+    _set_number(page, "explore-max-new", 32)
+    run, shown = _explore_once(page)
+    assert shown == pytest.approx(run.totals.tokens_per_s, abs=0.06)
+    _same_as_the_library(library_model, run)
+
+
 def test_replay_opens_a_shipped_trace_without_a_model(page) -> None:
     page.get_by_role("tab", name="Replay").click()
     page.locator("#replay-open").click()
