@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gradio as gr
@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 from app.callbacks import DEFAULT_LIMITS, NO_PROGRESS, STOPS, get_model
 from app.limits import STOPPED, Limits, RunGuard
 from app.models import ModelNotAllowedError, ModelRegistry
-from app.outputs import KEEP, Keep, bound, outputs
+from app.outputs import KEEP, Controls, Keep, bound, gathered, inputs, outputs
 from app.tree_view import tree_iframe, visible_text
 from goose import charts, metrics
 from goose.assets import ASSETS
@@ -70,16 +70,41 @@ def _fail(message: str) -> str:
     return f'<div class="lab-message" style="padding:8px;color:#b91c1c">{html.escape(message)}</div>'
 
 
-def settings_from(method: str, budget: Any, fixed_share: bool, share: Any, rho: Any, depth: Any, order: str,
-                  branching: Any, bigram: bool) -> dict[str, Any]:
-    """The what-if settings the controls stand for; budget 0 keeps each step's own node budget."""
-    settings: dict[str, Any] = {"method": method, "spine_branch_share": float(rho), "max_branch_depth": int(depth),
-                                "branch_order": ORDERS.get(order, order),
-                                "branching": int(branching), "use_bigram": bool(bigram),
-                                "spine_share": float(share) if fixed_share else None}
-    if int(budget or 0) > 0:
-        settings["budget"] = int(budget)
-    return settings
+@dataclass(frozen=True)
+class Shape:
+    """The tree shape the Lab's controls set (read from them by name: app.outputs.Controls), as the controls give it
+    (a slider's number may come as a float or text); the defaults are the controls' first setting."""
+
+    method: str = SpineTree.name
+    budget: Any = 0  # the base budget; 0 keeps each step's own node budget
+    fixed_share: bool = False  # a fixed spine share `share`, else the EMA tiers
+    share: Any = 0.5
+    rho: Any = 0.5
+    depth: Any = 6
+    order: str = ORDER_LABELS["best"]  # a label of ORDERS (or the GooseConfig value itself)
+    branching: Any = 3
+    bigram: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        """The what-if settings the shape stands for (goose.whatif)."""
+        settings: dict[str, Any] = {
+            "method": self.method, "spine_branch_share": float(self.rho), "max_branch_depth": int(self.depth),
+            "branch_order": ORDERS.get(self.order, self.order), "branching": int(self.branching),
+            "use_bigram": bool(self.bigram), "spine_share": float(self.share) if self.fixed_share else None}
+        if int(self.budget or 0) > 0:
+            settings["budget"] = int(self.budget)
+        return settings
+
+
+def own_shape(run: RunRecord) -> Shape:
+    """The shape of the run's own settings, which rebuilds its real trees: its method (goose where the Lab offers
+    no tree to rebuild for it), each step's own budget."""
+    config = GooseConfig.from_dict(run.config)
+    fixed = config.spine_share is not None
+    return Shape(method=run.method if run.method in lab_methods() else SpineTree.name, budget=0, fixed_share=fixed,
+                 share=config.spine_share if fixed else 0.5, rho=config.spine_branch_share,
+                 depth=config.max_branch_depth, order=ORDER_LABELS[config.branch_order], branching=config.branching,
+                 bigram=config.use_bigram)
 
 
 def verdict_html(run: RunRecord, step: StepRecord, result: WhatIf) -> str:
@@ -200,6 +225,7 @@ class Opened:
     by_depth: go.Figure | None  # the acceptance by source and depth
     curves: dict[str, Any] | None  # the estimates behind the sweep (a gr.State, for the cost curve and checks)
     measured: Measurements  # the checks' measurements: none yet (a gr.State)
+    # the shape controls, by Shape's fields
     method: str | Keep = KEEP
     budget: int | Keep = KEEP  # 0: each step's own budget
     fixed_share: bool | Keep = KEEP
@@ -217,7 +243,6 @@ def open_run(run: RunRecord | None) -> Opened:
     if why:
         return Opened(run=None, status=why, step=gr.Slider(0, 1, value=0, interactive=False), sweep=None,
                       costs=cost_chart(run, None), by_depth=depth_chart(run), curves=None, measured={})
-    config = GooseConfig.from_dict(run.config)
     curves = estimates(run)
     status = (f"{run.method} on {run.model}: {len(run.steps)} steps, τ {run.totals.tau:.2f}. Pick a step and change "
               "the shape; budget 0 keeps the run's own.")
@@ -225,14 +250,10 @@ def open_run(run: RunRecord | None) -> Opened:
         status += (" This trace holds too little to replay the whole run under other settings (an older format): "
                    "single steps rebuild, the budget sweep and checks need a fresh run.")
     last = len(run.steps) - 1
-    fixed = config.spine_share is not None
-    method = run.method if run.method in lab_methods() else SpineTree.name
+    shape = own_shape(run)
     return Opened(run=run, status=status, step=gr.Slider(0, max(1, last), value=0, step=1, interactive=last > 0),
-                  sweep=sweep_chart(curves), costs=cost_chart(run, curves, method=method), by_depth=depth_chart(run),
-                  curves=curves, measured={}, method=method, budget=0, fixed_share=fixed,
-                  share=config.spine_share if fixed else 0.5, rho=config.spine_branch_share,
-                  depth=config.max_branch_depth, order=ORDER_LABELS[config.branch_order], branching=config.branching,
-                  bigram=config.use_bigram)
+                  sweep=sweep_chart(curves), costs=cost_chart(run, curves, method=shape.method),
+                  by_depth=depth_chart(run), curves=curves, measured={}, **asdict(shape))
 
 
 @dataclass
@@ -245,13 +266,12 @@ class Rebuilt:
     run_chart: go.Figure | None  # accepted length per step, real and at the setting (None: cannot replay whole)
 
 
-def rebuild(run: RunRecord | None, index: Any, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
-            depth: Any, order: str, branching: Any, bigram: bool) -> Rebuilt:
+def rebuild(run: RunRecord | None, index: Any, shape: Shape) -> Rebuilt:
     """The chosen step's tree rebuilt at the setting, and the whole run replayed at it."""
     if run is None:
         return Rebuilt(verdict="", real_tree=tree_iframe(None), rebuilt_tree=tree_iframe(None), run_chart=None)
     step = run.steps[min(max(0, int(index or 0)), len(run.steps) - 1)]
-    settings = settings_from(method, budget, fixed_share, share, rho, depth, order, branching, bigram)
+    settings = shape.settings()
     try:
         result = what_if(run, step.index, **settings)
     except NoReplayDataError as error:
@@ -325,12 +345,11 @@ class Checked:
 
 
 def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any] | None,
-          measured: Measurements | None, method: str, budget: Any, fixed_share: bool, share: Any, rho: Any,
-          depth: Any, order: str, branching: Any, bigram: bool, whole_sweep: bool = False, session: str | None = None,
+          measured: Measurements | None, shape: Shape, whole_sweep: bool = False, session: str | None = None,
           progress: gr.Progress = NO_PROGRESS, *, limits: Limits = DEFAULT_LIMITS) -> Checked:
-    """Run the model at the chosen setting (or, with `whole_sweep`, at every budget of the sweep for the chosen
-    method) on the run's prompt, each time just after autoregressive decoding (goose.check: the two alternate), and
-    set each measurement beside its estimate.
+    """Run the model at `shape` (or, with `whole_sweep`, at every budget of the sweep for its method) on the run's
+    prompt, each time just after autoregressive decoding (goose.check: the two alternate), and set each
+    measurement beside its estimate.
 
     Stop or the server's time limit end the check within a step of the real run in flight; what was measured
     stays."""
@@ -341,7 +360,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
     if run.max_new_tokens > limits.max_new_tokens:
         raise gr.Error(f"This run made up to {run.max_new_tokens} new tokens; this server runs at most "
                        f"{limits.max_new_tokens} per run.")
-    settings = settings_from(method, budget, fixed_share, share, rho, depth, order, branching, bigram)
+    settings, method = shape.settings(), shape.method
     if whole_sweep:  # the sweep's own settings: the method at each budget, the shape as the run's
         todo = [(f"{method}, budget {b}", {"method": method, "budget": b}) for b in SWEEP_BUDGETS]
     else:
@@ -383,9 +402,10 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
 def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn: Callable | None = None,
             arm_fn: Callable | None = None, model_queue: dict[str, Any] | None = None) -> None:
     """Lay out the Lab; `runs` names the states it can open a run from (e.g. Explore's and Replay's).
-    `check_fn` runs a check (lab.check bound to the app's registry, limits and the visitor's session), `stop_fn`
-    and `arm_fn` press and clear the visitor's Stop switch, `model_queue` is the queue the model runs share;
-    without `check_fn` the tab has no check buttons."""
+    `check_fn` runs a check (lab.check bound to the app's registry, limits and the visitor's session; it takes run,
+    curves, measured, shape and whole_sweep, then Gradio's request and progress), `stop_fn` and `arm_fn` press and
+    clear the visitor's Stop switch, `model_queue` is the queue the model runs share; without `check_fn` the tab has
+    no check buttons."""
     gr.Markdown("Change one step's tree shape and see what it **would have accepted**: under greedy decoding "
                 "the step revealed the target's continuation, so any tree rebuilt from the same sources can be "
                 "scored exactly, without the model.")
@@ -397,17 +417,22 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
         open_button = gr.Button("Open in Lab", variant="primary", elem_id="lab-open", scale=1)
     status = gr.Markdown(NO_RUN, elem_id="lab-status")
     step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, elem_id="lab-step")
+    first = Shape()
     with gr.Row():
-        method = gr.Dropdown(lab_methods(), value=SpineTree.name, label="Method", elem_id="lab-method")
-        budget = gr.Slider(0, 128, value=0, step=1, label="Base budget (0 = the run's own)", elem_id="lab-budget")
-        bigram = gr.Checkbox(True, label="bigram tier", elem_id="lab-bigram")
+        method = gr.Dropdown(lab_methods(), value=first.method, label="Method", elem_id="lab-method")
+        budget = gr.Slider(0, 128, value=first.budget, step=1, label="Base budget (0 = the run's own)",
+                           elem_id="lab-budget")
+        bigram = gr.Checkbox(first.bigram, label="bigram tier", elem_id="lab-bigram")
     with gr.Row():
-        fixed_share = gr.Checkbox(False, label="fixed spine share (else the EMA tiers)", elem_id="lab-fixed-share")
-        share = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="spine share r", elem_id="lab-share")
-        rho = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="ρ (branch budget off the spine)", elem_id="lab-rho")
-        depth = gr.Slider(1, 10, value=6, step=1, label="branch depth", elem_id="lab-depth")
-        order = gr.Radio(list(ORDERS), value=ORDER_LABELS["best"], label="branches grow", elem_id="lab-order")
-        branching = gr.Slider(1, 8, value=3, step=1, label="branching k (balanced)", elem_id="lab-branching")
+        fixed_share = gr.Checkbox(first.fixed_share, label="fixed spine share (else the EMA tiers)",
+                                  elem_id="lab-fixed-share")
+        share = gr.Slider(0.0, 1.0, value=first.share, step=0.05, label="spine share r", elem_id="lab-share")
+        rho = gr.Slider(0.0, 1.0, value=first.rho, step=0.05, label="ρ (branch budget off the spine)",
+                        elem_id="lab-rho")
+        depth = gr.Slider(1, 10, value=first.depth, step=1, label="branch depth", elem_id="lab-depth")
+        order = gr.Radio(list(ORDERS), value=first.order, label="branches grow", elem_id="lab-order")
+        branching = gr.Slider(1, 8, value=first.branching, step=1, label="branching k (balanced)",
+                              elem_id="lab-branching")
     verdict = gr.HTML(elem_id="lab-verdict")
     with gr.Row():
         with gr.Column():
@@ -447,22 +472,24 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
     page = {"run": lab_run, "status": status, "step": step, **shape, "verdict": verdict, "real_tree": real_tree,
             "rebuilt_tree": rebuilt_tree, "by_depth": by_depth, "run_chart": chart, "sweep": sweep_plot,
             "costs": cost_plot, "curves": lab_curves, "measured": lab_measured}
-    controls = [lab_run, step, *shape.values()]  # rebuild's inputs
+    shaped = Controls(Shape, shape)
+    rebuilt_from = (lab_run, step, shaped)  # rebuild's arguments
 
     def pick(name: str, *states: RunRecord | None) -> Opened:
         return open_run(dict(zip(runs, states)).get(name))
 
-    show_rebuilt = bound(rebuild, page)
+    show_rebuilt = bound(gathered(rebuild, *rebuilt_from), page)
     open_button.click(bound(pick, page), [source, *runs.values()], outputs(Opened, page)).then(
-        show_rebuilt, controls, outputs(Rebuilt, page), show_progress="hidden")
-    for control in controls[1:]:  # always_last: while one rebuild runs, only the newest pending one follows
-        control.change(show_rebuilt, controls, outputs(Rebuilt, page), trigger_mode="always_last",
+        show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), show_progress="hidden")
+    for control in [step, *shape.values()]:  # always_last: while one rebuild runs, only the newest pending one follows
+        control.change(show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), trigger_mode="always_last",
                        show_progress="hidden")
     normalised.change(cost_chart, [lab_run, lab_curves, normalised, method], cost_plot, show_progress="hidden")
     if check_fn is not None:
         page["checks"] = checked
         instant = {"concurrency_limit": None, "show_progress": "hidden", "api_visibility": "private"}
+        checked_from = (lab_run, lab_curves, lab_measured, shaped, whole)  # check_fn's arguments
         check_button.click(arm_fn, None, None, **instant).then(  # private: its inputs are the page's own states
-            bound(check_fn, page), [lab_run, lab_curves, lab_measured, *shape.values(), whole],
+            bound(gathered(check_fn, *checked_from), page), inputs(*checked_from),
             outputs(Checked, page), api_visibility="private", **(model_queue or {}))
         stop_button.click(stop_fn, None, None, **instant)

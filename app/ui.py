@@ -148,12 +148,10 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
 
     @cancellable
     @gpu
-    def run_lab_check(run: goose.RunRecord | None, curves: dict | None, measured: dict | None, method: str,
-                      budget: float, fixed_share: bool, share: float, rho: float, depth: float, order: str,
-                      branching: float, bigram: bool, whole_sweep: bool, request: gr.Request,
-                      progress: gr.Progress = callbacks.NO_PROGRESS):
-        return lab.check(registry, run, curves, measured, method, budget, fixed_share, share, rho, depth, order,
-                         branching, bigram, whole_sweep, session_of(request), progress, limits=limits)
+    def run_lab_check(run: goose.RunRecord | None, curves: dict | None, measured: dict | None, shape: lab.Shape,
+                      whole_sweep: bool, request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
+        return lab.check(registry, run, curves, measured, shape, whole_sweep, session_of(request), progress,
+                         limits=limits)
 
     def stop(request: gr.Request) -> None:
         callbacks.stop(session_of(request))

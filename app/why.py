@@ -26,7 +26,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import goose
-from app.outputs import KEEP, Keep, bound, outputs
+from app.outputs import KEEP, Controls, Keep, bound, gathered, inputs, outputs
 from app.tree_view import model_tree_iframe, tree_iframe
 from goose import charts
 from goose.config import GooseConfig
@@ -52,9 +52,6 @@ MAX_BUDGET = 128  # the budget slider's and the budget curve's reach
 DEEPEST = MAX_BUDGET - 1  # the deepest spine node a tree of MAX_BUDGET nodes holds
 BRANCH_RANKS = GooseConfig().top_k  # a token's successors in the adjacency table
 GAPS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 18.0, 24.0)
-# the sliders' first setting: the example of docs/METHOD.md, "Why a spine" (a 6x gap, the paper's median)
-DEFAULTS = {"spine_rate": 0.72, "spine_ratio": 1.0, "spine_length": 64, "branch_rate": 0.12, "branch_ratio": 0.5,
-            "budget": 32}
 TREE_HEIGHT = 460
 PARTS = ("taken", "lost_to_shape", "lost_to_sources")  # goose.diagnose's split, in charts.SPLIT_PARTS's order
 WHOLE_RUN = "whole run"
@@ -102,11 +99,25 @@ def pooled_rows(diagnosis: Diagnosis) -> dict[str, tuple[int, int, int]]:
 
 # ---------------------------------------------------------------- the rate model
 
-def model_rates(spine_rate: float, spine_ratio: float, spine_length: int, branch_rate: float,
-                branch_ratio: float) -> tuple[list[float], list[float]]:
-    """The sliders as the model's rates: the spine's by depth, as deep as its match goes; the branches' by rank."""
-    return (geometric_rates(float(spine_rate), float(spine_ratio), min(max(1, int(spine_length)), DEEPEST)),
-            geometric_rates(float(branch_rate), float(branch_ratio), BRANCH_RANKS))
+@dataclass(frozen=True)
+class Rates:
+    """The sliders: each source's geometric rates (its first rate and the factor per depth or rank, the spine as
+    deep as its match goes) and the node budget, as the sliders give them (a number may come as a float or text).
+    The defaults are the sliders' first setting: the example of docs/METHOD.md, "Why a spine" (a 6x gap, the
+    paper's median)."""
+
+    spine_rate: Any = 0.72
+    spine_ratio: Any = 1.0
+    spine_length: Any = 64
+    branch_rate: Any = 0.12
+    branch_ratio: Any = 0.5
+    budget: Any = 32
+
+    def model(self) -> tuple[list[float], list[float]]:
+        """The model's rates: the spine's by depth, as deep as its match goes; the branches' by rank."""
+        return (geometric_rates(float(self.spine_rate), float(self.spine_ratio),
+                                min(max(1, int(self.spine_length)), DEEPEST)),
+                geometric_rates(float(self.branch_rate), float(self.branch_ratio), BRANCH_RANKS))
 
 
 def verdict_html(tree: OptimalTree) -> str:
@@ -132,12 +143,11 @@ class Model:
     gap_chart: go.Figure | None  # None when a source's first rate is 0: no gap to speak of
 
 
-def draw(spine_rate: Any, spine_ratio: Any, spine_length: Any, branch_rate: Any, branch_ratio: Any, budget: Any,
-         measured: MeasuredRates | None = None) -> Model:
+def draw(rates: Rates, measured: MeasuredRates | None = None) -> Model:
     """The optimal, best balanced and chain trees at the sliders' rates and budget, and the two curves, with
     the measured run (if any) marked on both."""
-    spine, branch = model_rates(spine_rate, spine_ratio, spine_length, branch_rate, branch_ratio)
-    budget = min(max(1, int(budget or 1)), MAX_BUDGET)
+    spine, branch = rates.model()
+    budget = min(max(1, int(rates.budget or 1)), MAX_BUDGET)
     tree = optimal_tree(budget, spine, branch)
     accepted = measured.mean_accepted if measured is not None else None
     by_budget = charts.expected_length_chart(
@@ -253,6 +263,7 @@ class Measured(StepShown):
     pooled: go.Figure | None
     steps: go.Figure | None
     step: gr.Slider
+    # the rate sliders, by Rates' fields (the budget stays as it is)
     spine_rate: float | Keep = KEEP
     spine_ratio: float | Keep = KEEP
     spine_length: int | Keep = KEEP
@@ -305,21 +316,22 @@ def why_tab(runs: dict[str, gr.State]) -> None:
     run = gr.State(None)
     measured = gr.State(None)
     diagnosis = gr.State(None)
+    start = Rates()  # the sliders' first setting
     with gr.Row():
         with gr.Column(scale=3):
             with gr.Row():
-                spine_rate = gr.Slider(0.0, 1.0, value=DEFAULTS["spine_rate"], step=GRID_STEP,
+                spine_rate = gr.Slider(0.0, 1.0, value=start.spine_rate, step=GRID_STEP,
                                        label="spine: accepted at depth 1", elem_id="why-spine-rate")
-                spine_ratio = gr.Slider(*RATIO_RANGE, value=DEFAULTS["spine_ratio"], step=GRID_STEP,
+                spine_ratio = gr.Slider(*RATIO_RANGE, value=start.spine_ratio, step=GRID_STEP,
                                         label="spine: × per depth", elem_id="why-spine-ratio")
-                spine_length = gr.Slider(1, DEEPEST, value=DEFAULTS["spine_length"], step=1,
+                spine_length = gr.Slider(1, DEEPEST, value=start.spine_length, step=1,
                                          label="spine: match length (depths)", elem_id="why-spine-length")
             with gr.Row():
-                branch_rate = gr.Slider(0.0, 1.0, value=DEFAULTS["branch_rate"], step=GRID_STEP,
+                branch_rate = gr.Slider(0.0, 1.0, value=start.branch_rate, step=GRID_STEP,
                                         label="branch: accepted at rank 1", elem_id="why-branch-rate")
-                branch_ratio = gr.Slider(*RATIO_RANGE, value=DEFAULTS["branch_ratio"], step=GRID_STEP,
+                branch_ratio = gr.Slider(*RATIO_RANGE, value=start.branch_ratio, step=GRID_STEP,
                                          label="branch: × per rank", elem_id="why-branch-ratio")
-            budget = gr.Slider(1, MAX_BUDGET, value=DEFAULTS["budget"], step=1, label="node budget (root included)",
+            budget = gr.Slider(1, MAX_BUDGET, value=start.budget, step=1, label="node budget (root included)",
                                elem_id="why-budget")
         with gr.Column(scale=2):
             source = gr.Radio(list(runs), value=next(iter(runs)), label="Run from", elem_id="why-source")
@@ -328,7 +340,7 @@ def why_tab(runs: dict[str, gr.State]) -> None:
     gr.Markdown("### The model against the run")
     calibration_words = gr.HTML(NO_CALIBRATION, elem_id="why-calibration")
     calibration_plot = gr.Plot(label="the fitted model against the run", elem_id="why-calibration-chart")
-    first = draw(**DEFAULTS)  # the page opens drawn at the sliders' first setting
+    first = draw(start)  # the page opens drawn at the sliders' first setting
     verdict = gr.HTML(first.verdict, elem_id="why-verdict")
     with gr.Row():
         optimal = gr.HTML(first.optimal_tree, elem_id="why-optimal")
@@ -350,24 +362,23 @@ def why_tab(runs: dict[str, gr.State]) -> None:
     step_tree = gr.HTML(tree_iframe(None), elem_id="why-step-tree")
 
     rates = {"spine_rate": spine_rate, "spine_ratio": spine_ratio, "spine_length": spine_length,
-             "branch_rate": branch_rate,
-             "branch_ratio": branch_ratio, "budget": budget}
+             "branch_rate": branch_rate, "branch_ratio": branch_ratio, "budget": budget}
     page = {**rates, "measured": measured, "run": run, "diagnosis": diagnosis, "status": status,
             "calibration": calibration_words, "calibration_chart": calibration_plot,
             "verdict": verdict, "optimal_tree": optimal, "balanced_tree": balanced, "chain_tree": chain,
             "budget_chart": by_budget, "gap_chart": by_gap, "split_status": split_status, "pooled": pooled,
             "steps": steps, "step": step, "step_split": step_split, "step_tree": step_tree}
-    model_inputs = [*rates.values(), measured]
+    drawn_from = (Controls(Rates, rates), measured)  # draw's arguments
     quiet = {"show_progress": "hidden", "api_visibility": "private", "concurrency_limit": None}
 
     def pick(name: str, *states: RunRecord | None) -> Measured:
         return measure(dict(zip(runs, states)).get(name))
 
-    show_model = bound(draw, page)
+    show_model = bound(gathered(draw, *drawn_from), page)
     use_run.click(bound(pick, page), [source, *runs.values()], outputs(Measured, page), **quiet).then(
-        show_model, model_inputs, outputs(Model, page), **quiet)
+        show_model, inputs(*drawn_from), outputs(Model, page), **quiet)
     for control in rates.values():  # always_last: while one drawing runs, only the newest pending one follows
-        control.change(show_model, model_inputs, outputs(Model, page), trigger_mode="always_last", **quiet)
+        control.change(show_model, inputs(*drawn_from), outputs(Model, page), trigger_mode="always_last", **quiet)
     step.change(bound(show_step, page), [run, diagnosis, step], outputs(StepShown, page), trigger_mode="always_last",
                 **quiet)
     steps.change(None, None, None, js=STEP_CLICK_JS, **quiet)

@@ -80,9 +80,8 @@ def real_run(goose_model: GooseModel, run: RunRecord, settings: dict[str, Any],
     before it, every time: a sweep of checks alternates the two."""
     method, config = resolve_settings(run, settings)
     baseline = baseline_run(goose_model, run, cancel)
-    budget = "auto" if config.auto_budget else config.budget
-    generation = stream(goose_model, list(run.prompt_tokens), method, run.max_new_tokens, budget, head=run.head,
-                        config=config, store=recorded_store(run, method))
+    generation = stream(goose_model, list(run.prompt_tokens), method, run.max_new_tokens, config.budget,
+                        head=run.head, config=config, store=recorded_store(run, method))
     return RealRun(to_the_end(generation, cancel), baseline)
 
 

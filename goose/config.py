@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from goose.validate import MAX_BUDGET, InputError, choice, flag, number, shown, whole_number
+from goose.validate import AUTO, MAX_BUDGET, InputError, choice, flag, number, shown, whole_number
 
 PAPER_BUDGET = 60  # the budget the paper's growth rule (60 -> 100) is stated for
 
@@ -18,9 +18,9 @@ PAPER_BUDGET = 60  # the budget the paper's growth rule (60 -> 100) is stated fo
 class GooseConfig:
     """Hyperparameters of the draft sources and the tree builders.
 
-    budget:            node budget B of one tree, root included (paper: 60).
-    auto_budget:       pick B every step from this device's measured verification cost and
-                       the acceptance seen so far (goose.budget); `budget` is then unused.
+    budget:            node budget B of one tree, root included (paper: 60), or "auto" (validate.AUTO): pick B
+                       (and the tree's shape) every step from this device's measured verification cost and
+                       the acceptance seen so far (goose.budget).
     max_budget:        the budget a fully confident step may grow to (paper: 100);
                        growth is proportional, so a budget of B grows to
                        B * max_budget / 60 at confidence 1.
@@ -35,7 +35,7 @@ class GooseConfig:
     warm_start:        start the adjacency table over the model's prior rows, where one was built
                        (goose.sources.prior; the embedded model's ships): a token the run has not seen
                        yet is drafted from what the model predicts after it on neutral text.
-    warm_tuner:        with auto_budget, start the budget tuner from what it learnt over calibration prompts
+    warm_tuner:        with an auto budget, start the budget tuner from what it learnt over calibration prompts
                        on this model and machine (goose.tuning), kept on disk and recorded in the run,
                        rather than from nothing.
     ema_alpha:         smoothing of the spine-acceptance EMA.
@@ -61,8 +61,7 @@ class GooseConfig:
                        least this (vLLM's suffix_decoding_min_token_prob, 0.1).
     """
 
-    budget: int = 60
-    auto_budget: bool = False
+    budget: int | str = PAPER_BUDGET
     max_budget: int = 100
     ngram_lengths: tuple[int, ...] = (5, 4, 3)
     max_chain: int = 20
@@ -90,8 +89,9 @@ class GooseConfig:
 
     def __post_init__(self) -> None:
         """Every knob against its rule (goose.validate): a bad one is refused with one line naming it."""
-        for name in ("budget", "max_budget"):
-            whole_number(name, getattr(self, name), 1, MAX_BUDGET, where=" tree nodes")
+        if self.budget != AUTO:
+            whole_number("budget", self.budget, 1, MAX_BUDGET, where=f" tree nodes, or {AUTO!r}")
+        whole_number("max_budget", self.max_budget, 1, MAX_BUDGET, where=" tree nodes")
         for name in ("max_chain", "long_match", "top_k", "max_branch_depth", "branching"):
             whole_number(name, getattr(self, name), 1)
         whole_number("max_extended_chain", self.max_extended_chain, self.max_chain, where=" (at least max_chain)")
@@ -110,7 +110,7 @@ class GooseConfig:
             number("spine_tiers", tier, 0.0, 1.0)
         if self.spine_share is not None:
             number("spine_share", self.spine_share, 0.0, 1.0, where=" (or None for the paper's tiers)")
-        for name in ("auto_budget", "use_bigram", "warm_start", "warm_tuner", "branches"):
+        for name in ("use_bigram", "warm_start", "warm_tuner", "branches"):
             flag(name, getattr(self, name))
         choice("branch_order", self.branch_order, ("best", "breadth"))
         # vLLM's rules for its suffix_decoding_* options; the factor and offset also stay within a tree's size
@@ -119,10 +119,19 @@ class GooseConfig:
         number("suffix_max_spec_offset", self.suffix_max_spec_offset, -MAX_BUDGET, MAX_BUDGET)
         number("suffix_min_token_prob", self.suffix_min_token_prob, 0.0, 1.0)
 
+    @property
+    def tuned(self) -> bool:
+        """Whether the tuner picks each step's budget (budget "auto") rather than the config fixing it."""
+        return self.budget == AUTO
+
     def grown_budget(self, confidence: float, budget: int | None = None) -> int:
-        """The budget of one step: B (or `budget`), grown towards B * max_budget / 60 with confidence."""
+        """The budget of one step: B (or `budget`, which a tuned config must be given: the tuner's pick), grown
+        towards B * max_budget / 60 with confidence."""
+        base = budget or self.budget
+        if base == AUTO:
+            raise ValueError(f"budget {AUTO!r} has no fixed size: the tuner picks each step's (pass its pick)")
         growth = max(0.0, self.max_budget / PAPER_BUDGET - 1.0)
-        return max(1, int(round((budget or self.budget) * (1.0 + growth * confidence))))
+        return max(1, int(round(base * (1.0 + growth * confidence))))
 
     def spine_ratio(self, spine_acceptance: float) -> float:
         """The spine's share of the budget from the recent spine acceptance (docs/METHOD.md, step 1), unless fixed."""
@@ -149,8 +158,12 @@ class GooseConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GooseConfig:
-        """The config a trace stored. One stored before `branch_order` existed grew its branches breadth-first."""
+        """The config a trace stored. One stored before `branch_order` existed grew its branches breadth-first;
+        one stored before the budget had one encoding held an auto budget as `auto_budget: true` beside an
+        unused `budget`."""
         data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         data.setdefault("branch_order", "breadth")
+        if data.pop("auto_budget", False):
+            data["budget"] = AUTO
         return cls().with_overrides(**data)
 

@@ -79,7 +79,7 @@ class Generation:
                              prompt_tokens=list(self.prompt_tokens), head=target.head,
                              costs=dict(target.costs()), parallel=target.parallel)
         drafter_class = METHODS[request.method]
-        tuner = (BudgetTuner(self.run.costs) if self.config.auto_budget and drafter_class.speculative else None)
+        tuner = BudgetTuner(self.run.costs) if self.config.tuned and drafter_class.speculative else None
         self.drafter: Drafter = drafter_class(self.config, tuner)
         if tuner is not None and self.config.warm_tuner:
             self.run.tuner_start = target.tuner_start()
@@ -354,13 +354,8 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
     validate.whole_number("max_new_tokens", max_new_tokens, 1)
     stops = validate.stops(stop)
     budget = validate.parse_budget(budget)
-    if budget is None:
-        budget = drafter.default_budget
-    if budget == validate.AUTO:
-        overrides.setdefault("auto_budget", True)
-    else:
-        overrides["budget"], overrides["auto_budget"] = budget, False
-    config = (config or GooseConfig()).with_overrides(**overrides)
+    config = (config or GooseConfig()).with_overrides(budget=drafter.default_budget if budget is None else budget,
+                                                       **overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
                    stops, bool(record_sources), head, shadow_budget, store)
 
@@ -391,7 +386,7 @@ def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
     what the method's tuner learnt on this model and machine (goose.tuning)."""
     head = choose_head(goose_model, request.head)
     drafter = METHODS[request.method]
-    tuned = request.config.auto_budget and drafter.speculative
+    tuned = request.config.tuned and drafter.speculative
     costs = cost_table(goose_model, head=head) if tuned or request.record_sources else {}
     start = None
     if tuned and request.config.warm_tuner:
@@ -417,7 +412,7 @@ def recorders(request: Request) -> list[Observer]:
     if not request.record_sources:
         return []
     drafter = METHODS[request.method]
-    shadow = (drafter(request.config.with_overrides(budget=request.shadow_budget, auto_budget=False))
+    shadow = (drafter(request.config.with_overrides(budget=request.shadow_budget))
               if request.shadow_budget and drafter.uses_adjacency else None)
     return [Recorder(shadow)]
 

@@ -78,9 +78,7 @@ def app_explore(registry: ModelRegistry, prompt: str, tokens: int, budget: str) 
 
 def app_check(registry: ModelRegistry, run: goose.RunRecord) -> dict[str, float]:
     """The Lab's check of `run` at its own setting: the numbers its line shows."""
-    opened = lab.open_run(run)
-    checked = lab.check(registry, run, opened.curves, {}, opened.method, 0, opened.fixed_share, opened.share,
-                        opened.rho, opened.depth, opened.order, opened.branching, opened.bigram)
+    checked = lab.check(registry, run, lab.open_run(run).curves, {}, lab.own_shape(run))
     found = dict(re.findall(r'class="lab-(real-tps|base-tps|real-speedup|est-speedup)">([0-9.]+)', checked.checks))
     return {name: float(value) for name, value in found.items()}
 

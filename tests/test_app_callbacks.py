@@ -8,7 +8,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -19,7 +19,7 @@ import goose
 from app import callbacks
 from app.limits import RunGuard
 from app.models import ModelRegistry, canonical_name
-from app.outputs import KEEP, bound, outputs
+from app.outputs import KEEP, Controls, bound, gathered, inputs, outputs
 from app.race_trace import load_race
 from app.tree_view import strip_remote_resources, tree_iframe, tree_page
 from goose import bench, metrics
@@ -131,6 +131,47 @@ def test_outputs_reach_the_components_of_their_names(run: goose.RunRecord) -> No
     assert inspect.signature(streamed) == inspect.signature(callbacks.explore), "Gradio reads the parameters"
     with pytest.raises(KeyError, match="lanes"):
         outputs(callbacks.ReplayView, viewer)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A group of controls read together, as the Lab's tree shape is."""
+
+    method: str
+    budget: int
+    bigram: bool
+
+
+def test_a_group_of_inputs_reaches_the_fields_of_their_names() -> None:
+    """Gradio passes input values by position: a group of controls is read into its dataclass field by field, in
+    the order `inputs` lists them, whatever order the page names them in; the wrapper lists the fields in the
+    group's place, so that Gradio passes gr.Request and gr.Progress where the callback takes them."""
+    from gradio.helpers import special_args
+
+    with gr.Blocks():
+        shape = {"bigram": gr.Checkbox(), "budget": gr.Number(), "method": gr.Textbox()}
+        run, whole = gr.State(), gr.Checkbox()
+    controls = Controls(Shape, shape)
+    assert inputs(run, controls, whole) == [run, shape["method"], shape["budget"], shape["bigram"], whole]
+    called = []
+
+    def check(run, shape: Shape, whole_sweep: bool, request: gr.Request, progress: gr.Progress = callbacks.NO_PROGRESS):
+        called.append((run, shape, whole_sweep, request))
+        return "checked"
+
+    taking = gathered(check, run, controls, whole)
+    assert list(inspect.signature(taking).parameters) == ["run", "method", "budget", "bigram", "whole_sweep",
+                                                          "request", "progress"], "the API's parameters"
+    values, progress_at, _, _ = special_args(taking, ["a run", "goose", 8, False, True], request="the request")
+    assert progress_at == 6 and taking(*values) == "checked"
+    assert called == [("a run", Shape(method="goose", budget=8, bigram=False), True, "the request")]
+
+    async def later(run, shape: Shape) -> str:
+        return shape.method
+
+    assert inspect.iscoroutinefunction(gathered(later, run, controls)), "Gradio awaits what a coroutine returns"
+    with pytest.raises(ValueError, match="Shape is read from controls named"):
+        Controls(Shape, {"method": shape["method"], "budget": shape["budget"]})
 
 
 def test_race_returns_charts_table_and_lossless_badge(registry: ModelRegistry) -> None:

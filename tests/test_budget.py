@@ -188,12 +188,12 @@ def test_generate_tunes_by_default_from_a_fresh_tuner_over_the_recorded_table(mo
     model = tiny_llama(0)
     prompt = "the cat sat on the mat. the cat sat on the"
     first = goose.generate(model, prompt, "goose", 30)
-    assert first.config["auto_budget"] and first.costs == table
+    assert first.config["budget"] == "auto" and first.costs == table
     goose.generate(model, "abc abc abc", "goose", 10)
     again = goose.generate(model, prompt, "goose", 30)
     assert [s.budget for s in again.steps] == [s.budget for s in first.steps]
     assert [[n.token for n in s.nodes] for s in again.steps] == [[n.token for n in s.nodes] for s in first.steps]
-    assert goose.generate(model, "abc", "goose", 5, budget=8).config["auto_budget"] is False
+    assert goose.generate(model, "abc", "goose", 5, budget=8).config["budget"] == 8
 
 
 def test_a_shape_knob_set_by_the_caller_is_kept():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import asdict, fields, replace
 from types import SimpleNamespace
 
 import gradio as gr
@@ -22,7 +23,6 @@ from goose import metrics
 from goose.trace import TRACE_FORMAT, NodeRecord, RunRecord, StepRecord
 
 PROMPT = "one two three four, one two three four, one two three four, one two"
-CONTROLS = ("method", "budget", "fixed_share", "share", "rho", "depth", "order", "branching", "bigram")
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,12 @@ def run(model) -> RunRecord:
 def shape_of(run: RunRecord | None) -> dict:
     """The shape controls as opening the run sets them."""
     opened = lab.open_run(run)
-    return {control: getattr(opened, control) for control in CONTROLS}
+    return {field.name: getattr(opened, field.name) for field in fields(lab.Shape)}
 
 
 def rebuild(run: RunRecord, index: int = 0, **changes):
     """The Lab's rebuild with the controls as opening the run sets them, then `changes`."""
-    return lab.rebuild(run, index, **{**shape_of(run), **changes})
+    return lab.rebuild(run, index, replace(lab.own_shape(run), **changes))
 
 
 def would(verdict: str) -> tuple[int, int]:
@@ -73,9 +73,9 @@ def test_own_settings_reproduce_the_real_step(run):
     assert opened.run is run and f"{len(run.steps)} steps" in opened.status and opened.sweep.data
     assert opened.measured == {} and set(opened.curves) == set(lab.SWEEP_METHODS)
     assert opened.costs.data and opened.by_depth.data
-    assert shape_of(run) == {"method": "goose", "budget": 0, "fixed_share": True, "share": 0.3, "rho": 0.5,
-                             "depth": 6, "order": "best first", "branching": 2, "bigram": True}, \
-        "the controls start at the run's own shape"
+    own = lab.Shape(method="goose", budget=0, fixed_share=True, share=0.3, rho=0.5, depth=6, order="best first",
+                    branching=2, bigram=True)
+    assert lab.own_shape(run) == own and shape_of(run) == asdict(own), "the controls start at the run's own shape"
     for index in range(len(run.steps)):
         rebuilt = rebuild(run, index)
         assert would(rebuilt.verdict)[0] == would(rebuilt.verdict)[1] == run.steps[index].accepted_length
@@ -100,7 +100,7 @@ def test_a_suffix_run_with_a_store_rebuilds_its_steps_in_the_lab(model, registry
         assert would(own.verdict) == (step.accepted_length, step.accepted_length)
     index = max(range(len(run.steps)), key=lambda i: len(run.steps[i].nodes))
     assert would(rebuild(run, index, budget=3).verdict)[0] <= 2 < run.steps[index].accepted_length
-    checked = lab.check(registry, run, opened.curves, {}, *shape_of(run).values(), False, "lab-suffix")
+    checked = lab.check(registry, run, opened.curves, {}, lab.own_shape(run), False, "lab-suffix")
     assert re.search(r'lab-real-tau">[\d.]+</b> \(error \+0\.0%\)', checked.checks), \
         "the real run at its own setting reads the recorded store: the estimate is exact"
 
@@ -243,8 +243,8 @@ def checked(registry, run, monkeypatch, results, whole_sweep=False, press_after=
         return results[len(calls) - 1]
 
     monkeypatch.setattr(lab, "run_what_if", fake)
-    shape = {**shape_of(run), **changes}
-    return lab.check(registry, run, lab.estimates(run), {}, *shape.values(), whole_sweep, "lab-test"), calls
+    shape = replace(lab.own_shape(run), **changes)
+    return lab.check(registry, run, lab.estimates(run), {}, shape, whole_sweep, "lab-test"), calls
 
 
 def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypatch):
@@ -279,7 +279,7 @@ def test_check_says_when_the_runs_model_is_not_offered(run, monkeypatch):
 def test_check_runs_the_model_for_real(registry, model):
     short = goose.generate(model, PROMPT, "goose", 12, budget=8, record_sources=True)
     curves = lab.estimates(short)
-    result = lab.check(registry, short, curves, {}, *{**shape_of(short), "budget": 8}.values(), False)
+    result = lab.check(registry, short, curves, {}, replace(lab.own_shape(short), budget=8), False)
     real_tau, real_speedup = result.measured["goose"][8]
     assert real_tau == pytest.approx(short.totals.tau), "the same setting on the same prompt: the same passes"
     text = re.sub("<[^>]+>", "", result.checks)
@@ -305,10 +305,10 @@ def test_a_cancelled_check_stops_within_a_step_of_its_real_run():
     registry.register(slow.name, slow)
     registry.get_warm(slow.name)  # once per model and process, before any visitor's run (not a step of one)
     recorded = goose.generate(slow, PROMPT, "goose", 24, budget=8, record_sources=True)
-    shape = {**shape_of(recorded), "budget": 8}
+    shape = replace(lab.own_shape(recorded), budget=8)
 
     def check(request):
-        return lab.check(registry, recorded, lab.estimates(recorded), {}, *shape.values(), True, session_of(request))
+        return lab.check(registry, recorded, lab.estimates(recorded), {}, shape, True, session_of(request))
 
     cancellable = stop_on_cancel(check, STOPS, session_of)
 

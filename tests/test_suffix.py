@@ -106,7 +106,7 @@ def test_every_step_of_a_run_drafts_arctics_tree_for_its_context(models, method)
     for model in models:
         prompt = PROMPT + model.decode(greedy(model, PROMPT, 12))  # the model's own words: matches get drafted
         run = goose.generate(model, prompt, method, new_tokens)
-        assert run.config["budget"] == SUFFIX_BUDGET and not run.config["auto_budget"]
+        assert run.config["budget"] == SUFFIX_BUDGET
         drafted = 0
         for step, position in zip(run.steps, anchor_positions(run)):
             room = new_tokens - position - 1
@@ -281,10 +281,10 @@ def test_the_default_budget_is_vllms_and_auto_tunes_it(models):
     from goose.decode import check_request
 
     assert check_request(PROMPT, "suffix").config.budget == SUFFIX_BUDGET == 25
-    assert check_request(PROMPT, "suffix", budget="auto").config.auto_budget
-    assert check_request(PROMPT, "goose").config.auto_budget, "every other method's default is auto"
+    assert check_request(PROMPT, "suffix", budget="auto").config.tuned
+    assert check_request(PROMPT, "goose").config.budget == "auto", "every other method's default is auto"
     fixed = check_request(PROMPT, "suffix-path", budget=8).config
-    assert fixed.budget == 8 and not fixed.auto_budget
+    assert fixed.budget == 8 and not fixed.tuned
 
 
 MISSING = "method 'suffix' is unavailable here: arctic-inference is not installed " \

@@ -22,6 +22,7 @@ from goose.tree import (
     build_recycling_tree,
     harmonic_split,
 )
+from goose.validate import InputError
 
 VOCAB = 50
 
@@ -242,6 +243,23 @@ def test_grown_budget_follows_confidence():
     config = GooseConfig()
     assert config.grown_budget(0.0) == 60 and config.grown_budget(1.0) == 100
     assert GooseConfig(budget=8).grown_budget(0.0) == 8 and GooseConfig(budget=8).grown_budget(1.0) == 13
+
+
+def test_a_budget_is_a_node_count_or_auto_in_one_field():
+    """budget holds a whole number of nodes or "auto" (the tuner's pick, grown as a fixed one is); a config stored
+    before, as `budget` beside `auto_budget`, reads as the same setting."""
+    tuned = GooseConfig(budget="auto")
+    assert tuned.tuned and not GooseConfig(budget=8).tuned and tuned.grown_budget(1.0, 8) == 13
+    with pytest.raises(ValueError, match="no fixed size"):
+        tuned.grown_budget(0.0)
+    with pytest.raises(InputError, match=r"^budget must be a whole number between 1 and 1024 tree nodes, or 'auto', "
+                                         r"got 'Auto'$"):
+        GooseConfig(budget="Auto")
+    stored = tuned.to_dict()
+    assert stored["budget"] == "auto" and "auto_budget" not in stored and GooseConfig.from_dict(stored) == tuned
+    old = {**GooseConfig().to_dict(), "auto_budget": True}
+    assert GooseConfig.from_dict(old) == tuned
+    assert GooseConfig.from_dict({**old, "auto_budget": False, "budget": 16}) == GooseConfig(budget=16)
 
 
 def test_a_merged_tree_keeps_its_own_nodes_and_appends_what_it_lacks():

@@ -256,6 +256,22 @@ def test_a_rebuilt_step_at_the_runs_own_setting_is_the_recorded_step_as_the_walk
     assert len(other.nodes) <= 6 and other.budget == 6
 
 
+def test_a_run_stored_with_the_old_auto_budget_pair_replays_as_auto(tiny):
+    """A trace from before the budget had one encoding ({"budget": 60, "auto_budget": true}) replays its own
+    trees, at its own (auto) budget."""
+    from goose.whatif import own_budget, own_setting, replay
+
+    run = goose.generate(tiny, PROMPT, "goose", 24, record_sources=True)
+    assert run.config["budget"] == "auto" and "auto_budget" not in run.config
+    data = json.loads(run.to_json())
+    data["config"].update(budget=60, auto_budget=True)
+    old = RunRecord.from_dict(data)
+    assert own_budget(old) == "auto" and own_setting(old, {"budget": "auto"}) and not own_setting(old, {"budget": 60})
+    replayed = replay(old)
+    assert replayed.budgets == [step.budget for step in run.steps]
+    assert [node_tree(s.step) for s in replayed.steps] == [node_tree(s) for s in run.steps]
+
+
 def test_replay_refusal_is_the_error_a_replay_raises(tiny, tiny_run, tmp_path):
     """One rule for whether a run replays: replay_refusal returns the error check_replayable raises (what the Lab
     shows), None for a replayable run."""

@@ -46,8 +46,8 @@ def expected_shown(frame: str) -> float:
 
 
 def test_the_tab_opens_drawn_at_the_paper_median_gap():
-    model = why.draw(**why.DEFAULTS)
-    spine, branch = why.model_rates(0.72, 1.0, 64, 0.12, 0.5)
+    model = why.draw(why.Rates())
+    spine, branch = why.Rates().model()
     tree = optimal_tree(32, spine, branch)
     assert expected_shown(model.optimal_tree) == round(tree.expected_accepted, 2)
     assert expected_shown(model.balanced_tree) == round(tree.balanced.expected_accepted, 2)
@@ -61,8 +61,8 @@ def test_the_tab_opens_drawn_at_the_paper_median_gap():
 
 
 def test_the_sliders_set_the_trees_and_a_source_at_zero_has_no_gap():
-    deep = why.draw(0.9, 1.0, 64, 0.05, 0.5, 16)
-    chain_only = why.draw(0.9, 1.0, 64, 0.0, 0.5, 16)
+    deep = why.draw(why.Rates(spine_rate=0.9, branch_rate=0.05, budget=16))
+    chain_only = why.draw(why.Rates(spine_rate=0.9, branch_rate=0.0, budget=16))
     assert chain_only.gap_chart is None
     assert expected_shown(chain_only.optimal_tree) == expected_shown(chain_only.chain_tree) > 0
     assert expected_shown(chain_only.balanced_tree) == 0.0
@@ -70,7 +70,7 @@ def test_the_sliders_set_the_trees_and_a_source_at_zero_has_no_gap():
 
 
 def test_the_model_trees_are_drawn_offline_in_every_trees_style():
-    tree = optimal_tree(16, *why.model_rates(0.72, 1.0, 64, 0.12, 0.5))
+    tree = optimal_tree(16, *why.Rates().model())
     frame = model_tree_iframe(tree, "optimal tree")
     page = html.unescape(frame)
     assert frame.startswith('<iframe class="goose-tree" title="optimal tree"')
@@ -104,8 +104,9 @@ def test_a_runs_measured_rates_fill_the_sliders_and_mark_the_curves(recorded):
     assert f"{len(run.steps)} steps" in shown.status and f"τ per step {fit.mean_accepted + 1:.2f}" in shown.status
     assert shown.split_status == why.SPLIT_HINT and shown.diagnosis.taken == sum(run.accepted_lengths)
     assert [bar.y for bar in shown.steps.data][0] == tuple(run.accepted_lengths)
-    model = why.draw(shown.spine_rate, shown.spine_ratio, shown.spine_length, shown.branch_rate, shown.branch_ratio,
-                     16, shown.measured)
+    rates = why.Rates(spine_rate=shown.spine_rate, spine_ratio=shown.spine_ratio, spine_length=shown.spine_length,
+                      branch_rate=shown.branch_rate, branch_ratio=shown.branch_ratio, budget=16)
+    model = why.draw(rates, shown.measured)
     budget_mark, gap_mark = model.budget_chart.data[-1], model.gap_chart.data[-1]
     assert (list(budget_mark.x), list(budget_mark.y)) == ([fit.mean_budget], [fit.mean_accepted])
     assert (list(gap_mark.x), list(gap_mark.y)) == ([fit.gap], [fit.mean_accepted])
@@ -160,7 +161,7 @@ def test_the_split_charts_stack_the_three_parts():
 
 
 def test_the_gap_chart_is_on_the_gap_axis():
-    assert why.draw(**why.DEFAULTS).gap_chart.layout.xaxis.title.text == charts.AXIS_TITLES[GAP_AXIS]
+    assert why.draw(why.Rates()).gap_chart.layout.xaxis.title.text == charts.AXIS_TITLES[GAP_AXIS]
 
 
 def test_the_real_diagnosis_of_a_greedy_run_shows_per_step(run):

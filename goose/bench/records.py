@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from goose.config import GooseConfig
 from goose.trace import RunRecord, RunTotals
 
 
@@ -32,9 +33,8 @@ class BenchRun:
     @classmethod
     def from_record(cls, run: RunRecord, prompt_id: str, category: str | None = None) -> BenchRun:
         """The bench's line for a library run (trees and step timings left out: runs.jsonl stays small)."""
-        budget = "auto" if run.config.get("auto_budget") else run.config.get("budget")
         return cls(prompt_id, category, run.method, len(run.prompt_tokens), list(run.tokens), run.text, run.totals,
-                   run.accepted_lengths, budget)
+                   run.accepted_lengths, GooseConfig.from_dict(run.config).budget)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

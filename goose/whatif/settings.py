@@ -19,7 +19,7 @@ ALIASES = {"rho": "spine_branch_share", "branch_depth": "max_branch_depth", "k":
 
 def own_budget(run: RunRecord) -> int | str:
     """The run's own base budget: "auto" where its tuner chose each step's, else its fixed node budget."""
-    return validate.AUTO if run.config.get("auto_budget") else run.config["budget"]
+    return GooseConfig.from_dict(run.config).budget
 
 
 def own_setting(run: RunRecord, settings: Mapping[str, Any]) -> bool:
@@ -37,9 +37,6 @@ def resolve_settings(run: RunRecord, settings: Mapping[str, Any]) -> tuple[str, 
     if sources:
         raise ValueError(f"{', '.join(sources)} change(s) the draft sources, not the tree shape: a recording cannot "
                          "answer for them (run again instead)")
-    budget = settings.pop("budget", None)
-    if budget is not None and budget != "auto":  # GooseConfig checks it, as it checks every knob
-        settings.update(budget=budget, auto_budget=False)
-    elif budget == "auto":
-        settings["auto_budget"] = True
+    if settings.get("budget") is None:  # the run's own; else GooseConfig checks it, as it checks every knob
+        settings.pop("budget", None)
     return method, GooseConfig.from_dict(run.config).with_overrides(**settings)

@@ -106,7 +106,7 @@ def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
     settings = {ALIASES.get(name, name): value for name, value in settings.items()}
     method, config = resolve_settings(run, settings)
     check_replayable(run, method)
-    drafter = METHODS[method](config.with_overrides(auto_budget=False)) if settings else None
+    drafter = METHODS[method](config) if settings else None  # no tuner: it builds at the step's budget or `budget`
     watcher = _StepAt(run, step_index, drafter, settings.get("budget"))
     generation = replay_generation(run, run.method, GooseConfig.from_dict(run.config))
     generation.observers.append(watcher)
