@@ -76,7 +76,8 @@ def unavailable_note() -> str:
 
 EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
-STREAM_INTERVAL_S = 0.15  # how often a streaming run refreshes the page
+STREAM_INTERVAL_S = 0.5  # how often a streaming run refreshes the page: each refresh is the browser's work, on
+# cores a machine shared with the server may be running the model on
 TRACES_DIR = Path(tempfile.gettempdir()) / "goose-traces"
 TRACE_KEEP_S = 3600.0  # downloads older than this are deleted when a new one is written
 

@@ -199,7 +199,8 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
                 go_button.click(arm, None, None, api_visibility="private", **instant).then(
                     bound(run_explore, explored),
                     [prompt, model, method, budget, max_new, temperature, top_k, top_p, seed, full_head, stores],
-                    outputs(callbacks.ExploreView, explored), api_name="explore", **as_sent, **model_queue)
+                    outputs(callbacks.ExploreView, explored), api_name="explore", show_progress="minimal",
+                    **as_sent, **model_queue)
                 stop_button.click(stop, None, None, api_name="stop", **instant)
 
             with gr.Tab("Race", id="race"):
