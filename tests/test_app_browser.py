@@ -231,11 +231,12 @@ def test_race_table_shows_its_runs_and_each_run_is_the_librarys(page, library_mo
     page.locator("#race-examples").get_by_role("button", name="Repetitive list").click()
     _choose(page, "race-model", MODEL)
     _set_number(page, "race-max-new", 32)
-    # a badge left by an earlier race is marked: Gradio replaces it with this race's
-    page.evaluate("() => document.querySelector('#race-badge .goose-badge')?.setAttribute('data-seen', 'yes')")
+    # the race's outputs arrive together; its lanes (which hold every run's clock) tell this race from an earlier
+    # one, whose badge and table may read the same
+    before = page.evaluate("() => document.querySelector('#race-lanes iframe')?.srcdoc ?? ''")
     page.locator("#race-run").click()
-    page.wait_for_function("() => { const badge = document.querySelector('#race-badge .goose-badge'); "
-                           "return badge !== null && !badge.dataset.seen; }")
+    page.wait_for_function("(before) => (document.querySelector('#race-lanes iframe')?.srcdoc ?? before) !== before "
+                           "&& document.querySelector('#race-badge .goose-badge') !== null", arg=before)
     page.wait_for_function(f"() => ({TABLE_JS})('race-table')?.rows.length > 1")
     table = page.evaluate(f"({TABLE_JS})('race-table')")
     with page.expect_download() as download:
