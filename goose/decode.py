@@ -353,9 +353,7 @@ def check_request(prompt: str | Sequence[int], method: str = "goose", max_new_to
         raise validate.InputError("shadow_budget records rows for replays: it needs record_sources=True")
     validate.whole_number("max_new_tokens", max_new_tokens, 1)
     stops = validate.stops(stop)
-    budget = validate.parse_budget(budget)
-    config = (config or GooseConfig()).with_overrides(budget=drafter.default_budget if budget is None else budget,
-                                                       **overrides)
+    config = (config or GooseConfig()).with_overrides(budget=requested_budget(method, budget), **overrides)
     return Request(prompt, method, max_new_tokens, config, Sampling(temperature, top_k, top_p, seed),
                    stops, bool(record_sources), head, shadow_budget, store)
 
@@ -444,11 +442,17 @@ def is_warm(goose_model: GooseModel, method: str = "goose", budget: int | str | 
     return _warm_key(method, budget, head, temperature) in goose_model.cache.warmed
 
 
+def requested_budget(method: str, budget: int | str | None) -> int | str:
+    """The budget a request runs at: `budget` as a person types it or the library takes it (goose.validate), blank
+    or None being the method's default."""
+    parsed = validate.parse_budget(budget)
+    return METHODS[method].default_budget if parsed is None else parsed
+
+
 def _warm_key(method: str, budget: int | str | None, head: str, temperature: float) -> tuple:
-    """The request a warm-up stands for: its budget read as a run reads it (blank or None: the method's default),
-    so that "auto" and None name one warm-up for a method whose default is the tuner."""
-    budget = validate.parse_budget(budget)
-    return method, METHODS[method].default_budget if budget is None else budget, head, bool(temperature)
+    """The request a warm-up stands for: its budget read as a run reads it (requested_budget), so that "auto" and
+    None name one warm-up for a method whose default is the tuner."""
+    return method, requested_budget(method, budget), head, bool(temperature)
 
 
 def generate(goose_model: GooseModel, prompt: str | Sequence[int], method: str = "goose", max_new_tokens: int = 128,

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from goose.config import GooseConfig
 from goose.trace import RunRecord, RunTotals
+from goose.whatif import own_budget
 
 
 @dataclass
@@ -34,7 +34,7 @@ class BenchRun:
     def from_record(cls, run: RunRecord, prompt_id: str, category: str | None = None) -> BenchRun:
         """The bench's line for a library run (trees and step timings left out: runs.jsonl stays small)."""
         return cls(prompt_id, category, run.method, len(run.prompt_tokens), list(run.tokens), run.text, run.totals,
-                   run.accepted_lengths, GooseConfig.from_dict(run.config).budget)
+                   run.accepted_lengths, own_budget(run))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
