@@ -220,8 +220,8 @@ def fake_result(tau: float, speedup: float, real_tau: float, real_speedup: float
     baseline = SimpleNamespace(totals=SimpleNamespace(new_tokens=32, wall_s=1.25))
     real = SimpleNamespace(tau=real_tau, speedup=real_speedup, wall_s=1.0, tokens_per_s=32.0, same_tokens=True,
                            run=None, baseline=baseline)
-    return SimpleNamespace(method=method, tau=tau, speedup=speedup, measured=real, tau_error=tau / real_tau - 1,
-                           speedup_error=speedup / real_speedup - 1)
+    return SimpleNamespace(method=method, tau=tau, speedup=speedup / 1.2, paced_speedup=speedup, measured=real,
+                           tau_error=tau / real_tau - 1, speedup_error=speedup / real_speedup - 1)
 
 
 @pytest.fixture
@@ -252,7 +252,8 @@ def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypat
     assert calls[0]["budget"] == 12 and calls[0]["method"] == "goose"
     text = re.sub("<[^>]+>", "", result.checks)
     assert "estimated τ 2.40, measured 2.00 (error +20.0%)" in text
-    assert "estimated speed-up 1.50x, measured 1.20x (error +25.0%)" in text
+    assert ("estimated speed-up 1.50x at the pace of the autoregressive run just before it (1.25x on the quiet cost "
+            "table), measured 1.20x (error +25.0%)") in text, "the paced estimate is checked, the table's beside it"
     assert "real run 1.00 s, 32.0 tokens/s; autoregressive just before it 1.25 s, 25.6 tokens/s" in text, \
         "both runs the speed-up divides are shown"
     assert result.measured == {"goose": {12: (2.0, 1.2)}}

@@ -5,6 +5,7 @@ model (the run's own setting: the same trees, tau error 0), and traces without r
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from tiny import tiny_gemma3, tiny_llama
@@ -20,6 +21,7 @@ from goose.whatif import (
     anchor_positions,
     context_key,
     node_paths,
+    paced_totals,
 )
 
 PROMPTS = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
@@ -145,7 +147,8 @@ def test_check_runs_the_model_beside_the_estimate(models, monkeypatch):
     assert measured.run.tokens == real.tokens == recorded.tokens and measured.same_tokens
     assert measured.tau == pytest.approx(real.totals.tau) and measured.wall_s > 0 and measured.speedup > 0
     assert checked.tau_error == pytest.approx(checked.tau / measured.tau - 1)
-    assert checked.speedup_error == pytest.approx(checked.speedup / measured.speedup - 1)
+    assert checked.speedup_error == pytest.approx(checked.paced_speedup / measured.speedup - 1)
+    assert checked.table_speedup_error == pytest.approx(checked.speedup / measured.speedup - 1)
     assert measured.baseline.method == "autoregressive" and measured.baseline.tokens == recorded.tokens
     assert run_what_if(recorded, budget=6).measured is None
     with pytest.raises(ValueError, match="model="):
@@ -164,6 +167,31 @@ def test_estimates_price_each_pass_from_the_runs_cost_table(models):
     assert replayed.speedup == pytest.approx(replayed.baseline.wall_s / replayed.seconds)
     recorded.costs = {}
     assert run_what_if(recorded, budget=4).speedup is None
+
+
+def test_a_checked_estimate_prices_its_passes_at_the_pace_its_baseline_ran(models):
+    """Beside a check, the table's costs are read at the pace of the autoregressive run just measured: its own
+    set-up and prefill, then each pass the table's cost times how much slower than the table's 1-node pass the
+    baseline's passes ran. A baseline at the table's own pace leaves the table's estimate (prefill aside)."""
+    recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    recorded.costs = {1: 1.0, 4: 1.0, 16: 4.0}
+    baseline = goose.generate(models[0], PROMPTS[0], "autoregressive", 30)
+    steps = baseline.totals.forward_passes - 1
+    baseline.totals.setup_s, baseline.totals.prefill_s = 0.5, 2.0
+    baseline.totals.wall_s = 2.5 + 3.0 * steps  # each pass at three times the table's 1-node cost
+    result = run_what_if(recorded, method="pld", budget=4)
+    paced = paced_totals(result.costs, result.nodes, result.tokens, baseline)
+    assert paced.wall_s == pytest.approx(2.5 + 3.0 * sum(interpolate_cost(recorded.costs, n) for n in result.nodes))
+    assert paced.prefill_s == 2.0 and paced.forward_passes == 1 + len(result.nodes)
+    result.measured = SimpleNamespace(baseline=baseline, speedup=2.0)
+    assert result.paced_speedup == pytest.approx(baseline.totals.wall_s / paced.wall_s)
+    assert result.speedup_error == pytest.approx(result.paced_speedup / 2.0 - 1)
+    assert result.table_speedup_error == pytest.approx(result.speedup / 2.0 - 1)
+    baseline.totals.wall_s = 2.5 + 1.0 * steps  # at the table's pace: the table's estimate, from the same prefill
+    recorded.totals.prefill_s = 2.5
+    assert run_what_if(recorded, method="pld", budget=4).seconds == pytest.approx(
+        paced_totals(result.costs, result.nodes, result.tokens, baseline).wall_s)
+    assert paced_totals({}, result.nodes, result.tokens, baseline) is None, "no table, no paced estimate"
 
 
 def test_runs_without_replay_data_say_what_they_lack(models):
