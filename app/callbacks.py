@@ -47,19 +47,18 @@ STOPS = StopSwitches()  # the Stop switch of every session of this server proces
 RACE_METHODS = (metrics.BASELINE, Balanced.name, SpineTree.name)
 SESSION_STORE = "this visitor's session"  # the name a visitor's suffix runs record for the outputs they drafted from
 STORE_OUTPUTS = 32  # the most past outputs a session keeps per model for the suffix methods (the oldest dropped first)
-Stores = dict[str, goose.SuffixStore]  # a session's stores of past outputs, by model name
+
+
+class Stores(dict[str, goose.SuffixStore]):
+    """A visitor's own stores of past outputs, one per model name: the suffix methods draft from the outputs of this
+    session's earlier runs on the same model, never from another visitor's, nor from another model's token ids.
+    An empty one is a gr.State's initial value, which Gradio copies for every session (a function there would be
+    called per session too, but Gradio would also publish it as an API endpoint)."""
 
 
 def extra_race_methods() -> list[str]:
     """Every other registered method that can run here, offered as an extra racer."""
     return [method for method in goose.available_methods() if method not in RACE_METHODS]
-
-
-def session_stores() -> Stores:
-    """A visitor's own stores of past outputs, one per model (the initial value of a gr.State, so each session gets
-    its own): the suffix methods draft from the outputs of this session's earlier runs on the same model, never from
-    another visitor's, nor from another model's token ids."""
-    return {}
 
 
 def model_store(stores: Stores | None, model: goose.GooseModel) -> goose.SuffixStore | None:

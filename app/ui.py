@@ -164,7 +164,7 @@ def build_app(registry: ModelRegistry | None = None, default_model: str | None =
         gr.Markdown(INTRO)
         gr.Markdown(limits.describe(), elem_id="limits")
         # the visitor's own past outputs, per model, which the suffix methods draft from (each session starts with none)
-        stores = gr.State(callbacks.session_stores)
+        stores = gr.State(callbacks.Stores())
         with gr.Tabs():
             with gr.Tab("Explore", id="explore"):
                 with gr.Row():

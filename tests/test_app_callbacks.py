@@ -197,7 +197,7 @@ def _trees(run: goose.RunRecord) -> list[tuple]:
 def test_a_visitors_suffix_runs_draft_from_their_own_session_only(registry: ModelRegistry) -> None:
     """Each session has its own stores, one per model: Alice's second run drafts from her first; Bob's runs never see
     hers, his race lanes all read his store as the race found it, and another model's runs read another store."""
-    alice, bob = callbacks.session_stores(), callbacks.session_stores()
+    alice, bob = callbacks.Stores(), callbacks.Stores()
     llama = registry.get("tiny-llama").name
     first = _last(callbacks.explore(registry, LIST_PROMPT, "tiny-llama", "suffix", "25", 24, stores=alice))
     assert first.stores is alice and alice[llama].outputs == [first.run.tokens], "handed back to the session"
@@ -227,9 +227,9 @@ def test_each_session_starts_with_its_own_empty_stores(registry: ModelRegistry) 
 
     demo = build_app(registry, "tiny-llama")
     state = next(block for block in demo.blocks.values()
-                 if isinstance(block, gr.State) and block.value is callbacks.session_stores)
+                 if isinstance(block, gr.State) and isinstance(block.value, callbacks.Stores))
     first, second = SessionState(demo)[state._id], SessionState(demo)[state._id]
-    assert first == second == {} and first is not second
+    assert first == second == {} and first is not second and isinstance(first, callbacks.Stores)
 
 
 def test_full_head_checkbox_reaches_explore_and_every_racer(registry: ModelRegistry) -> None:

@@ -249,6 +249,9 @@ def test_the_page_names_its_api_and_shows_the_limits(registry: ModelRegistry) ->
     demo = build_app(registry, "tiny-llama", Limits(max_new_tokens=77))
     names = {fn.api_name for fn in demo.fns.values()}
     assert {"explore", "race", "replay", "stop"} <= names
+    public = set(demo.get_api_info()["named_endpoints"])
+    assert public == {"/explore", "/stop", "/race", "/replay", "/replay_example"}, \
+        "the page's own events (the Lab's rebuilds, the stores' start) are not an API"
     config = demo.get_config_file()
     assert any("77 new tokens" in str(c.get("props", {}).get("value", "")) for c in config["components"])
     dropdowns = [c for c in config["components"] if c.get("props", {}).get("elem_id") == "explore-model"]

@@ -130,6 +130,7 @@ def test_a_run_without_a_table_cannot_rebuild_trees_drafted_from_one(tiny):
     ({"rho": -0.1}, "spine_branch_share"),
     ({"top_k": 4}, "draft sources"),
     ({"ngram_lengths": (2,)}, "draft sources"),
+    ({"budget": "auto"}, "one step's what-if rebuilds at a node budget"),
 ])
 def test_bad_settings_give_a_clear_error(tiny_run, settings, error):
     with pytest.raises(ValueError, match=error):

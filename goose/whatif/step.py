@@ -105,6 +105,9 @@ def what_if(run: RunRecord, step_index: int, **settings: Any) -> WhatIf:
         raise ValueError(f"step_index must be a step of this run, 0..{len(run.steps) - 1}, got {step_index!r}")
     settings = {ALIASES.get(name, name): value for name, value in settings.items()}
     method, config = resolve_settings(run, settings)
+    if config.tuned and settings.get("budget") is not None:  # refused before the replay up to the step
+        raise ValueError("budget 'auto' is the tuner's pick over a whole run; one step's what-if rebuilds at a node "
+                         "budget (leave budget out for the step's own, or replay the whole run: run_what_if)")
     check_replayable(run, method)
     drafter = METHODS[method](config) if settings else None  # no tuner: it builds at the step's budget or `budget`
     watcher = _StepAt(run, step_index, drafter, settings.get("budget"))
