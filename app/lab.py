@@ -482,14 +482,12 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
         return open_run(dict(zip(runs, states)).get(name))
 
     show_rebuilt = bound(gathered(rebuild, *rebuilt_from), page)
-    # The page's own events, private: each reads the run a visitor opened, a gr.State no API caller holds
-    own = {"show_progress": "hidden", "api_visibility": "private"}
-    open_button.click(bound(pick, page), [source, *runs.values()], outputs(Opened, page),
-                      api_visibility="private").then(show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), **own)
+    open_button.click(bound(pick, page), [source, *runs.values()], outputs(Opened, page)).then(
+        show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), show_progress="hidden")
     for control in [step, *shape.values()]:  # always_last: while one rebuild runs, only the newest pending one follows
         control.change(show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), trigger_mode="always_last",
-                       **own)
-    normalised.change(cost_chart, [lab_run, lab_curves, normalised, method], cost_plot, **own)
+                       show_progress="hidden")
+    normalised.change(cost_chart, [lab_run, lab_curves, normalised, method], cost_plot, show_progress="hidden")
     if check_fn is not None:
         page["checks"] = checked
         instant = {"concurrency_limit": None, "show_progress": "hidden", "api_visibility": "private"}
