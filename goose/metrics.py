@@ -75,6 +75,13 @@ def tokens_per_s(totals: RunTotals) -> float:
     return ratio(totals.new_tokens, totals.wall_s) or 0.0
 
 
+def with_rates(totals: RunTotals) -> RunTotals:
+    """`totals` with its tau and tokens/s filled in from its counts and wall time (totals made whole at once: an
+    estimate's, transformers' generate's)."""
+    totals.tau, totals.tokens_per_s = tau(totals), tokens_per_s(totals)
+    return totals
+
+
 def speedup(totals: RunTotals, baseline: RunTotals) -> float | None:
     """tokens/s of a run over the baseline's tokens/s on the same prompt; None when the baseline has no rate."""
     return ratio(tokens_per_s(totals), tokens_per_s(baseline))

@@ -120,8 +120,8 @@ def run_transformers(goose_model: GooseModel, prompt: BenchPrompt, text: str, me
                                             pad_token_id=goose_model.tokenizer.pad_token_id)
     tokens = output[0, len(prompt_tokens):].tolist()
     wall = time.perf_counter() - start
-    totals = RunTotals(new_tokens=len(tokens), forward_passes=counter.calls, wall_s=wall, prefill_s=None)
-    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
+    totals = metrics.with_rates(RunTotals(new_tokens=len(tokens), forward_passes=counter.calls, wall_s=wall,
+                                          prefill_s=None))
     return BenchRun(prompt.id, prompt.category, method, len(prompt_tokens), tokens, goose_model.decode(tokens),
                     totals)
 

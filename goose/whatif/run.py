@@ -31,9 +31,8 @@ def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int) -> RunTo
     prefill plus each step's cost from the run's cost table (wall 0 without a table)."""
     passes = 1 + len(nodes)
     wall = (run.totals.prefill_s or 0.0) + sum(interpolate_cost(run.costs, n) for n in nodes) if run.costs else 0.0
-    totals = RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall, prefill_s=run.totals.prefill_s)
-    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
-    return totals
+    return metrics.with_rates(RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall,
+                                        prefill_s=run.totals.prefill_s))
 
 
 def paced_totals(costs: dict[int, float], nodes: Sequence[int], tokens: int, baseline: RunRecord) -> RunTotals | None:
@@ -51,10 +50,8 @@ def paced_totals(costs: dict[int, float], nodes: Sequence[int], tokens: int, bas
     head_start = baseline.totals.setup_s + (baseline.totals.prefill_s or 0.0)
     pace = (baseline.totals.wall_s - head_start) / (steps * interpolate_cost(costs, 1))
     wall = head_start + pace * sum(interpolate_cost(costs, n) for n in nodes)
-    totals = RunTotals(new_tokens=tokens, forward_passes=1 + len(nodes), wall_s=wall,
-                       prefill_s=baseline.totals.prefill_s, setup_s=baseline.totals.setup_s)
-    totals.tau, totals.tokens_per_s = metrics.tau(totals), metrics.tokens_per_s(totals)
-    return totals
+    return metrics.with_rates(RunTotals(new_tokens=tokens, forward_passes=1 + len(nodes), wall_s=wall,
+                                        prefill_s=baseline.totals.prefill_s, setup_s=baseline.totals.setup_s))
 
 
 @dataclass
