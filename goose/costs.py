@@ -3,6 +3,10 @@
   choose_head   the fastest exact LM head, timed once per model;
   cost_table    seconds of one verification pass per tree size (body + LM head + top-k), measured once per
                 model, device, thread count, head and kind of body linears, and cached on disk;
+  autoregressive_cost  seconds of one plain autoregressive pass (the root alone, without the adjacency table's
+                top-k), measured beside the table;
+  prefill_row_cost  seconds per prompt row of the LM head's top-k that a prefill pays for the adjacency table,
+                measured beside the table;
 (goose.budget.interpolate_cost reads any tree size off such a table.)
 """
 
@@ -34,8 +38,19 @@ from goose.walk import GreedyWalker
 # cost curve, as on a CPU, and drafts that are rarely right) the tuner falls back to it rather than
 # run below the speed of plain decoding.
 BUDGET_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-COST_FORMAT = 6  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears; 5: real trees;
-# 6: least time over interleaved rounds
+COST_FORMAT = 7  # 2: the grid starts at 1; 3: measured on text; 4: keyed by the body's linears; 5: real trees;
+# 6: least time over interleaved rounds; 7: with the autoregressive pass and a prefill row
+# The key the autoregressive pass is kept under on disk, beside the tree sizes (1 and up). A method that keeps no
+# adjacency table (autoregressive decoding, pld, suffix) skips its top-k of each row: 0.2-0.7 ms of a 51 ms 1-node
+# pass in a warm process, 5 ms in a fresh one's first rounds (embedded model, 2-core EPYC). Priced at the table's
+# 1-node pass, an autoregressive baseline read up to 9% dear. Split off as the table is read: the tuner weighs tree
+# sizes only.
+AUTOREGRESSIVE = 0
+# And the seconds per prompt row of the head's top-k, which a prefill pays for the rows an adjacency table keeps
+# (goose.target.ModelTarget.prefill) and autoregressive decoding does not: about 55 ms of a 285 ms prefill (embedded
+# model, a 60-token prompt, 2-core EPYC). It prices that part of a replay's head start (goose.whatif.run).
+PREFILL_ROW = -1
+PREFILL_ROWS = 64  # rows it is timed on, divided out
 
 
 def median_seconds(call: Callable[[], object], repeats: int, device: torch.device,
@@ -184,7 +199,8 @@ def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, p
                   repeats: int = 5, head: str = "screened") -> dict[int, float]:
     """Seconds of one verification step per node count (the least over interleaved rounds, `least_seconds`):
     the tree's forward pass, the greedy walk along it through the run's LM head (with the adjacency table's
-    top-k) and the accepted path kept in the cache.
+    top-k) and the accepted path kept in the cache; under AUTOREGRESSIVE, the same for the root alone without
+    the top-k (a plain autoregressive step); under PREFILL_ROW, the head's top-k of a prompt row.
 
     Timed on the spine trees a run drafts in real text (`measurement_trees`), not on text chains: a real
     tree's rejected branches have flatter rows, which cost a screened head more, and the walk and the cache's
@@ -195,12 +211,19 @@ def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, p
     text = measurement_text(goose_model, prefix + 2 * max(sizes))
     trees = measurement_trees(goose_model, verifier, text, prefix, sorted(set(sizes)), head)
 
-    def step(tree: DraftTree) -> None:
-        verification, _ = walker.walk(tree, verifier.forward_tree(tree), GooseConfig().top_k)
+    def step(tree: DraftTree, top_k: int) -> None:
+        verification, _ = walker.walk(tree, verifier.forward_tree(tree), top_k)
         verifier.commit([0, *verification.accepted])
 
-    return least_seconds({n: (lambda tree=trees[n]: step(tree)) for n in sorted(set(sizes))}, repeats,
-                         goose_model.model.device, after=lambda: verifier.truncate(prefix))  # the same prefix each time
+    calls = {n: (lambda tree=trees[n]: step(tree, GooseConfig().top_k)) for n in sorted(set(sizes))}
+    calls[AUTOREGRESSIVE] = lambda: step(DraftTree.rooted_at(text[prefix]), 0)
+    prompt_rows = verifier.forward_chain(list(text[prefix:prefix + PREFILL_ROWS]))  # text rows, as a prompt's
+    verifier.truncate(prefix)
+    calls[PREFILL_ROW] = lambda: walker.head.top(prompt_rows, GooseConfig().top_k)
+    seconds = least_seconds(calls, repeats, goose_model.model.device,
+                            after=lambda: verifier.truncate(prefix))  # the same prefix each time
+    seconds[PREFILL_ROW] /= len(prompt_rows)
+    return seconds
 
 
 def least_seconds(calls: Mapping[int, Callable[[], object]], rounds: int, device: torch.device,
@@ -234,6 +257,25 @@ def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = N
                head: str = "screened") -> dict[int, float]:
     """This device's verification cost per node count with the given LM head, measured on first use and cached
     (on disk for every process, and with the model so that a run does not read the file again)."""
+    return dict(_kept_costs(goose_model, cache_file, head)[0])
+
+
+def autoregressive_cost(goose_model: GooseModel, cache_file: str | os.PathLike | None = None,
+                        head: str = "screened") -> float | None:
+    """Seconds of one plain autoregressive pass on this device, measured with its cost table (None where the
+    table holds none)."""
+    return _kept_costs(goose_model, cache_file, head)[1]
+
+
+def prefill_row_cost(goose_model: GooseModel, cache_file: str | os.PathLike | None = None,
+                     head: str = "screened") -> float | None:
+    """Seconds per prompt row of the head's top-k in a prefill that keeps an adjacency table, measured with the
+    cost table (None where the table holds none)."""
+    return _kept_costs(goose_model, cache_file, head)[2]
+
+
+def _kept_costs(goose_model: GooseModel, cache_file: str | os.PathLike | None,
+                head: str) -> tuple[dict[int, float], float | None, float | None]:
     key = cost_key(goose_model, torch.get_num_threads(), head)
     path = str(cache_file or cache_dir() / "verify-costs.json")
     kept = goose_model.cache.cost_tables
@@ -241,5 +283,6 @@ def cost_table(goose_model: GooseModel, cache_file: str | os.PathLike | None = N
         # split over ranks, every rank measures and all keep the slowest rank's times: their tuners then agree
         table = kept_on_disk(path, key, lambda: {
             str(n): c for n, c in agreed_costs(goose_model.model, measure_costs(goose_model, head=head)).items()})
-        kept[path, key] = no_dearer_than_bigger({int(n): c for n, c in table.items()})
-    return dict(kept[path, key])
+        sizes = {int(n): c for n, c in table.items() if int(n) >= 1}
+        kept[path, key] = (no_dearer_than_bigger(sizes), table.get(str(AUTOREGRESSIVE)), table.get(str(PREFILL_ROW)))
+    return kept[path, key]

@@ -27,7 +27,7 @@ import torch
 from goose import metrics, validate
 from goose.budget import BudgetTuner
 from goose.config import GooseConfig
-from goose.costs import choose_head, cost_key, cost_table
+from goose.costs import autoregressive_cost, choose_head, cost_key, cost_table, prefill_row_cost
 from goose.drafters import METHODS, Drafter, DraftState
 from goose.heads.factory import HEAD_CHOICES, known_head
 from goose.model import GooseModel
@@ -77,7 +77,8 @@ class Generation:
                              method=request.method, model=target.model, config=request.config.to_dict(),
                              sampling=request.sampling.to_dict(), max_new_tokens=request.max_new_tokens,
                              prompt_tokens=list(self.prompt_tokens), head=target.head,
-                             costs=dict(target.costs()), parallel=target.parallel)
+                             costs=dict(target.costs()), autoregressive_s=target.autoregressive_cost(),
+                             prefill_row_s=target.prefill_row_cost(), parallel=target.parallel)
         drafter_class = METHODS[request.method]
         tuner = BudgetTuner(self.run.costs) if self.config.tuned and drafter_class.speculative else None
         self.drafter: Drafter = drafter_class(self.config, tuner)
@@ -385,12 +386,15 @@ def model_target(goose_model: GooseModel, request: Request) -> ModelTarget:
     head = choose_head(goose_model, request.head)
     drafter = METHODS[request.method]
     tuned = request.config.tuned and drafter.speculative
-    costs = cost_table(goose_model, head=head) if tuned or request.record_sources else {}
+    priced = tuned or request.record_sources
+    costs = cost_table(goose_model, head=head) if priced else {}
     start = None
     if tuned and request.config.warm_tuner:
         start = learnt_start(goose_model, request.method, cost_key(goose_model, torch.get_num_threads(), head), costs,
                              lambda start, prompt: calibrate(goose_model, request.method, head, costs, start, prompt))
-    return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs, start)
+    return ModelTarget(goose_model, head, request.sampling, request.config.warm_start, costs, start,
+                       autoregressive_cost(goose_model, head=head) if priced else None,
+                       prefill_row_cost(goose_model, head=head) if priced else None)
 
 
 def calibrate(goose_model: GooseModel, method: str, head: str, costs: dict[int, float],

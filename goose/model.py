@@ -46,7 +46,8 @@ class ModelCache:
 
     heads:       LM head kind -> the head built for this model (goose.heads.factory.head_for, an LMHead)
     head_choice: the head "auto" runs on this device, timed once (goose.costs.choose_head); None until then
-    cost_tables: (cache file, key) -> the verification cost table read from it (goose.costs.cost_table): read
+    cost_tables: (cache file, key) -> the verification cost table read from it, the autoregressive pass's
+                 seconds and a prefill row's (goose.costs.cost_table, autoregressive_cost, prefill_row_cost): read
                  from disk once per process, not at the start of every run
     tuner_starts: key -> where a method's budget tuner starts on this model and machine (goose.tuning), read
                  from disk once per process
@@ -58,7 +59,8 @@ class ModelCache:
 
     heads: dict[str, Any] = field(default_factory=dict)
     head_choice: str | None = None
-    cost_tables: dict[tuple[str, str], dict[int, float]] = field(default_factory=dict)
+    cost_tables: dict[tuple[str, str], tuple[dict[int, float], float | None, float | None]] = field(
+        default_factory=dict)
     tuner_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
     warmed: set[tuple] = field(default_factory=set)
 

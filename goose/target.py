@@ -52,6 +52,14 @@ class Target(Protocol):
         """Seconds of one verification step per tree size: what the budget tuner reads, fixed before the run."""
         ...
 
+    def autoregressive_cost(self) -> float | None:
+        """Seconds of one plain autoregressive pass, measured with the costs (goose.costs), or None."""
+        ...
+
+    def prefill_row_cost(self) -> float | None:
+        """Seconds per prompt row of the head's top-k a prefill pays for the adjacency table (goose.costs), or None."""
+        ...
+
     def tuner_start(self) -> dict | None:
         """Where the run's budget tuner starts (goose.tuning: what a tuner learnt before), or None: from nothing."""
         ...
@@ -92,7 +100,8 @@ class ModelTarget:
     """The model itself: one forward pass per tree through a KV cache it owns, walked with the run's head."""
 
     def __init__(self, goose_model: GooseModel, head: str, sampling: Sampling, warm_start: bool,
-                 costs: dict[int, float], tuner_start: dict | None = None) -> None:
+                 costs: dict[int, float], tuner_start: dict | None = None,
+                 autoregressive_s: float | None = None, prefill_row_s: float | None = None) -> None:
         self.goose_model = goose_model
         self.model = goose_model.name
         self.eos = eos_ids(goose_model)
@@ -102,6 +111,8 @@ class ModelTarget:
         self.verifier = Verifier(goose_model.model)
         self._prior = find_prior(goose_model.name) if warm_start else None
         self._costs = costs  # this device's cost table (goose.costs), measured before the run
+        self._autoregressive_s = autoregressive_s  # and its autoregressive pass, measured with it
+        self._prefill_row_s = prefill_row_s  # and a prefill row's top-k
         self._tuner_start = tuner_start  # what the method's tuner learnt on this model and machine (goose.tuning)
 
     def encode(self, prompt: str) -> list[int]:
@@ -115,6 +126,12 @@ class ModelTarget:
 
     def costs(self) -> dict[int, float]:
         return self._costs
+
+    def autoregressive_cost(self) -> float | None:
+        return self._autoregressive_s
+
+    def prefill_row_cost(self) -> float | None:
+        return self._prefill_row_s
 
     def tuner_start(self) -> dict | None:
         return self._tuner_start

@@ -177,6 +177,10 @@ class RunRecord:
                  In JSON the adjacency rows are pooled under "rows", each row once.
     costs:       seconds of one verification step per tree size on the recording device: the table the budget
                  tuner read (fixed before the run), or kept for a replay's estimates; {} where neither.
+    autoregressive_s: seconds of one plain autoregressive pass (the root alone, no adjacency top-k), measured
+                 with `costs`: what a method that keeps no adjacency table pays per pass; None where not known.
+    prefill_row_s: seconds per prompt row of the head's top-k, which a prefill pays for the rows the adjacency
+                 table keeps (`prefill_rows`), measured with `costs`; None where not known.
     prefill_rows: the adjacency rows the prefill stored, as (previous, token, row) in order; None when the
                  run was not recorded with its sources (an empty list: recorded, no adjacency table kept).
     prior:       the name of the prior the adjacency table started over (goose.sources.prior), None if none.
@@ -203,6 +207,8 @@ class RunRecord:
     totals: RunTotals = field(default_factory=RunTotals)
     token_texts: dict[int, str] = field(default_factory=dict)
     costs: dict[int, float] = field(default_factory=dict)
+    autoregressive_s: float | None = None
+    prefill_row_s: float | None = None
     head: str = "screened"  # the LM head every method applied: "screened" (exact argmax) or "full"
     prefill_rows: list[tuple[int | None, int, Row]] | None = None
     prior: str | None = None

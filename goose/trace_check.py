@@ -43,7 +43,8 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 RUN_FIELDS = {"prompt": "text", "method": "text", "model": "text", "config": "object", "sampling": "object",
               "max_new_tokens": "int", "steps": "list", "totals": "object"}
 OPTIONAL_RUN_FIELDS = {"text": "text", "stop_reason": "text", "head": "text", "token_texts": "object",
-                       "costs": "object", "rows": "list", "tuner_start": "object", "store": "object"}
+                       "costs": "object", "autoregressive_s": "number", "prefill_row_s": "number",
+                       "rows": "list", "tuner_start": "object", "store": "object"}
 STEP_FIELDS = {"index": "int", "nodes": "list", "accepted": "list", "bonus_token": "token", "bonus_text": "text",
                "committed": "list", "draft_s": "number", "verify_s": "number", "budget": "int"}
 NODE_FIELDS = {"token": "token", "text": "text", "source": "text", "parent": "int", "depth": "int",

@@ -35,7 +35,7 @@ def measured(monkeypatch):
 
     def fake_measure(goose_model, head="screened"):
         calls.append(goose_model.name)
-        return {2: 0.01, 4: 0.02}
+        return {costs_module.AUTOREGRESSIVE: 0.008, costs_module.PREFILL_ROW: 0.0005, 2: 0.01, 4: 0.02}
 
     monkeypatch.setattr(costs_module, "measure_costs", fake_measure)
     return calls
@@ -44,7 +44,9 @@ def measured(monkeypatch):
 def test_cost_table_is_measured_once_and_cached_under_its_key(tmp_path, measured, monkeypatch):
     path = tmp_path / "deep" / "costs.json"
     model = tiny_llama(0)
-    assert cost_table(model, path) == {2: 0.01, 4: 0.02}
+    assert cost_table(model, path) == {2: 0.01, 4: 0.02}, "tree sizes only: the tuner weighs these"
+    assert costs_module.autoregressive_cost(model, path) == 0.008, "kept beside the sizes, read apart"
+    assert costs_module.prefill_row_cost(model, path) == 0.0005
     assert cost_table(model, path) == {2: 0.01, 4: 0.02}
     assert measured == [model.name]
     (key,) = json.loads(path.read_text())
@@ -79,6 +81,27 @@ def test_a_corrupt_cost_cache_is_measured_again_and_replaced_whole(tmp_path, mea
     path.write_text("{not json")
     assert cost_table(tiny_llama(0), path) == {2: 0.01, 4: 0.02}
     assert measured and len(json.loads(path.read_text())) == 1
+
+
+def test_a_table_kept_without_the_autoregressive_pass_reads_none_for_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(costs_module, "measure_costs", lambda goose_model, head="screened": {1: 0.01, 4: 0.02})
+    assert costs_module.autoregressive_cost(tiny_llama(0), tmp_path / "costs.json") is None
+    assert costs_module.prefill_row_cost(tiny_llama(0), tmp_path / "costs.json") is None
+
+
+def test_the_autoregressive_pass_and_a_prefill_row_are_timed_with_the_table(monkeypatch):
+    """The table's passes walk with the adjacency table's top-k; the autoregressive pass, a lone root, without; a
+    prefill row's top-k is timed on a chain of text rows and divided by their number."""
+    walks = []
+    real_walk = costs_module.GreedyWalker.walk
+    monkeypatch.setattr(costs_module.GreedyWalker, "walk",
+                        lambda self, tree, hidden, top_k: walks.append((len(tree), top_k)) or real_walk(
+                            self, tree, hidden, top_k))
+    table = costs_module.measure_costs(tiny_llama(0), sizes=(1, 4), repeats=2)
+    assert set(table) == {costs_module.AUTOREGRESSIVE, costs_module.PREFILL_ROW, 1, 4}
+    assert all(s > 0 for s in table.values()) and table[costs_module.PREFILL_ROW] < table[1]
+    top_k = costs_module.GooseConfig().top_k
+    assert set(walks) == {(1, top_k), (4, top_k), (1, 0)} and len(walks) == 3 * 3  # a warm-up round, then 2
 
 
 def test_a_disturbed_cost_is_capped_by_the_bigger_sizes():

@@ -64,6 +64,12 @@ class RecordedTarget:
     def costs(self) -> dict[int, float]:
         return dict(self.run.costs)
 
+    def autoregressive_cost(self) -> float | None:
+        return self.run.autoregressive_s
+
+    def prefill_row_cost(self) -> float | None:
+        return self.run.prefill_row_s
+
     def tuner_start(self) -> dict | None:
         """Where the recorded run's tuner started: a replay of its method starts there too (another method's
         tuner has other knobs, and starts from nothing)."""
