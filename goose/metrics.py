@@ -82,6 +82,15 @@ def with_rates(totals: RunTotals) -> RunTotals:
     return totals
 
 
+def mean_totals(runs: Sequence[RunTotals]) -> RunTotals:
+    """Repeats of one run (the same tokens and passes) as one: their mean wall, set-up and prefill times."""
+    first, count = runs[0], len(runs)
+    return with_rates(RunTotals(new_tokens=first.new_tokens, forward_passes=first.forward_passes,
+                                wall_s=sum(t.wall_s for t in runs) / count,
+                                prefill_s=sum(t.prefill_s or 0.0 for t in runs) / count,
+                                setup_s=sum(t.setup_s for t in runs) / count))
+
+
 def speedup(totals: RunTotals, baseline: RunTotals) -> float | None:
     """tokens/s of a run over the baseline's tokens/s on the same prompt; None when the baseline has no rate."""
     return ratio(tokens_per_s(totals), tokens_per_s(baseline))

@@ -217,9 +217,9 @@ def test_acceptance_by_source_and_depth_counts_drafted_and_accepted_nodes():
 
 def fake_result(tau: float, speedup: float, real_tau: float, real_speedup: float, method: str = "goose"):
     """A RunWhatIf with a real run beside it, as run_what_if(..., check=True) returns one."""
-    baseline = SimpleNamespace(totals=SimpleNamespace(new_tokens=32, wall_s=1.25))
+    baseline_totals = SimpleNamespace(new_tokens=32, wall_s=1.25)
     real = SimpleNamespace(tau=real_tau, speedup=real_speedup, wall_s=1.0, tokens_per_s=32.0, same_tokens=True,
-                           run=None, baseline=baseline)
+                           run=None, baseline_totals=baseline_totals, rounds=lab.CHECK_ROUNDS)
     return SimpleNamespace(method=method, tau=tau, speedup=speedup / 1.2, paced_speedup=speedup, measured=real,
                            tau_error=tau / real_tau - 1, speedup_error=speedup / real_speedup - 1)
 
@@ -235,8 +235,9 @@ def checked(registry, run, monkeypatch, results, whole_sweep=False, press_after=
     """lab.check with run_what_if answering `results` in turn (and Stop pressed after call `press_after`)."""
     calls = []
 
-    def fake(run_, *, model, check, **settings):
-        assert check and model.name == run.model
+    def fake(run_, *, model, check, rounds, on_round, **settings):
+        assert check and model.name == run.model and rounds == lab.CHECK_ROUNDS
+        on_round(0)
         calls.append(settings)
         if len(calls) == press_after:
             STOPS.press("lab-test")
@@ -252,10 +253,10 @@ def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypat
     assert calls[0]["budget"] == 12 and calls[0]["method"] == "goose"
     text = re.sub("<[^>]+>", "", result.checks)
     assert "estimated τ 2.40, measured 2.00 (error +20.0%)" in text
-    assert ("estimated speed-up 1.50x at the pace of the autoregressive run just before it (1.25x on the quiet cost "
+    assert ("estimated speed-up 1.50x at the pace of the autoregressive runs just before it (1.25x on the quiet cost "
             "table), measured 1.20x (error +25.0%)") in text, "the paced estimate is checked, the table's beside it"
-    assert "real run 1.00 s, 32.0 tokens/s; autoregressive just before it 1.25 s, 25.6 tokens/s" in text, \
-        "both runs the speed-up divides are shown"
+    assert ("real run 1.00 s, 32.0 tokens/s; autoregressive just before it 1.25 s, 25.6 tokens/s (mean of 3 "
+            "alternated rounds)") in text, "both runs the speed-up divides are shown, and over how many rounds"
     assert result.measured == {"goose": {12: (2.0, 1.2)}}
     diamonds = [t for t in result.sweep.data if t.name == "goose measured"]
     assert [list(t.x) for t in diamonds] == [[12], [12]] and [list(t.y) for t in diamonds] == [[2.0], [1.2]]

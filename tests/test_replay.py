@@ -4,19 +4,20 @@ model (the run's own setting: the same trees, tau error 0), and traces without r
 
 from __future__ import annotations
 
+import copy
 import json
-from types import SimpleNamespace
 
 import pytest
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
 from goose.budget import interpolate_cost
-from goose.check import CheckCancelled, run_what_if
+from goose.check import CheckCancelled, RealRun, run_what_if
 from goose.trace import RunRecord
 from goose.whatif import (
     LatestRows,
     NoReplayDataError,
+    PassPrices,
     PassRows,
     anchor_positions,
     context_key,
@@ -160,6 +161,7 @@ def test_estimates_price_each_pass_from_the_runs_cost_table(models):
     read: measured on real steps, goose.costs); no table, no speed estimate."""
     recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
     recorded.costs = {1: 1.0, 4: 1.0, 16: 4.0}
+    recorded.autoregressive_s = recorded.prefill_row_s = None  # as traces recorded before they were measured
     recorded.totals.prefill_s = 2.0
     replayed = run_what_if(recorded, method="pld", budget=4)
     assert replayed.seconds == pytest.approx(2.0 + sum(interpolate_cost(recorded.costs, n) for n in replayed.nodes))
@@ -169,29 +171,98 @@ def test_estimates_price_each_pass_from_the_runs_cost_table(models):
     assert run_what_if(recorded, budget=4).speedup is None
 
 
-def test_a_checked_estimate_prices_its_passes_at_the_pace_its_baseline_ran(models):
-    """Beside a check, the table's costs are read at the pace of the autoregressive run just measured: its own
-    set-up and prefill, then each pass the table's cost times how much slower than the table's 1-node pass the
-    baseline's passes ran. A baseline at the table's own pace leaves the table's estimate (prefill aside)."""
+def test_passes_without_an_adjacency_table_are_priced_without_its_top_k(models):
+    """The table's passes pay the adjacency table's top-k of their rows; autoregressive decoding, pld and suffix keep
+    no table and skip it. Measured beside the table, the autoregressive pass prices the baseline, and the gap between
+    it and the table's 1-node pass comes off every pass of a method without a table."""
+    recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    assert 0 < recorded.autoregressive_s, "measured with the cost table and recorded in the run"
+    assert RunRecord.from_json(recorded.to_json()).autoregressive_s == recorded.autoregressive_s
+    recorded.costs, recorded.autoregressive_s, recorded.prefill_row_s = {1: 1.0, 4: 1.0, 16: 4.0}, 0.8, None
+    recorded.totals.prefill_s = 2.0
+    pld = run_what_if(recorded, method="pld", budget=4)
+    assert pld.seconds == pytest.approx(2.0 + sum(interpolate_cost(recorded.costs, n) - 0.2 for n in pld.nodes))
+    assert pld.baseline.wall_s == pytest.approx(2.0 + 0.8 * (len(recorded.tokens) - 1))
+    tree = run_what_if(recorded, budget=4)
+    assert tree.seconds == pytest.approx(2.0 + sum(interpolate_cost(recorded.costs, n) for n in tree.nodes))
+    assert tree.baseline.wall_s == pld.baseline.wall_s
+    baseline = goose.generate(models[0], PROMPTS[0], "autoregressive", 30)
+    steps = baseline.totals.forward_passes - 1
+    baseline.totals.setup_s, baseline.totals.prefill_s = 0.5, 2.0
+    baseline.totals.wall_s = 2.5 + 0.8 * 3.0 * steps  # each pass at three times the autoregressive pass's cost
+    paced = paced_totals(tree.prices, tree.nodes, tree.tokens, [baseline])
+    assert paced.wall_s == pytest.approx(2.5 + 3.0 * sum(interpolate_cost(recorded.costs, n) for n in tree.nodes))
+
+
+def test_a_checked_estimate_prices_its_passes_at_the_pace_its_baselines_ran(models):
+    """Beside a check, the table's costs are read at the pace of the autoregressive runs just measured: their own
+    set-up and prefill, then each pass the table's cost times how much slower than the table's passes the
+    baselines' passes ran, pooled over the rounds. A baseline at the table's own pace leaves the table's estimate
+    (prefill aside)."""
     recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
     recorded.costs = {1: 1.0, 4: 1.0, 16: 4.0}
+    recorded.autoregressive_s = recorded.prefill_row_s = None
     baseline = goose.generate(models[0], PROMPTS[0], "autoregressive", 30)
     steps = baseline.totals.forward_passes - 1
     baseline.totals.setup_s, baseline.totals.prefill_s = 0.5, 2.0
     baseline.totals.wall_s = 2.5 + 3.0 * steps  # each pass at three times the table's 1-node cost
     result = run_what_if(recorded, method="pld", budget=4)
-    paced = paced_totals(result.costs, result.nodes, result.tokens, baseline)
+    paced = paced_totals(result.prices, result.nodes, result.tokens, [baseline])
     assert paced.wall_s == pytest.approx(2.5 + 3.0 * sum(interpolate_cost(recorded.costs, n) for n in result.nodes))
-    assert paced.prefill_s == 2.0 and paced.forward_passes == 1 + len(result.nodes)
-    result.measured = SimpleNamespace(baseline=baseline, speedup=2.0)
+    assert paced.forward_passes == 1 + len(result.nodes)
+    real = goose.generate(models[0], PROMPTS[0], "pld", 30, budget=4)
+    real.totals.wall_s = baseline.totals.wall_s / 2.0
+    result.measured = RealRun([real], [baseline])
+    assert result.measured.speedup == pytest.approx(2.0)
     assert result.paced_speedup == pytest.approx(baseline.totals.wall_s / paced.wall_s)
     assert result.speedup_error == pytest.approx(result.paced_speedup / 2.0 - 1)
     assert result.table_speedup_error == pytest.approx(result.speedup / 2.0 - 1)
+    slower = copy.deepcopy(baseline)
+    slower.totals.wall_s = 2.5 + 5.0 * steps  # a second round at five times: the rounds' pace is four
+    pooled = paced_totals(result.prices, result.nodes, result.tokens, [baseline, slower])
+    assert pooled.wall_s == pytest.approx(2.5 + 4.0 * sum(interpolate_cost(recorded.costs, n) for n in result.nodes))
     baseline.totals.wall_s = 2.5 + 1.0 * steps  # at the table's pace: the table's estimate, from the same prefill
     recorded.totals.prefill_s = 2.5
     assert run_what_if(recorded, method="pld", budget=4).seconds == pytest.approx(
-        paced_totals(result.costs, result.nodes, result.tokens, baseline).wall_s)
-    assert paced_totals({}, result.nodes, result.tokens, baseline) is None, "no table, no paced estimate"
+        paced_totals(result.prices, result.nodes, result.tokens, [baseline]).wall_s)
+    assert paced_totals(PassPrices({}), result.nodes, result.tokens, [baseline]) is None, "no table, no estimate"
+
+
+def test_a_tree_methods_prefill_is_priced_with_the_top_k_of_the_prompt_rows_its_table_keeps(models):
+    """A method with an adjacency table takes, in its prefill, the head's top-k of the prompt rows the table keeps,
+    which autoregressive decoding does not: the table prices each row (measured with it), and a paced estimate
+    starts from the baselines' own set-up and prefill plus those rows. A method without a table pays none."""
+    recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    assert recorded.prefill_row_s > 0, "measured with the cost table and recorded in the run"
+    recorded.costs, recorded.autoregressive_s, recorded.prefill_row_s = {1: 1.0, 4: 1.0, 16: 4.0}, None, 0.01
+    recorded.totals.prefill_s = 2.0
+    rows = len(recorded.prefill_rows)
+    assert 0 < rows <= len(recorded.prompt_tokens)
+    tree, pld = run_what_if(recorded), run_what_if(recorded, method="pld", budget=4)
+    assert tree.prefill_rows == rows and pld.prefill_rows == 0
+    assert tree.totals.prefill_s == pytest.approx(2.0), "the recorded prefill, rows and all"
+    assert pld.totals.prefill_s == pytest.approx(2.0 - 0.01 * rows) == tree.baseline.prefill_s
+    baseline = goose.generate(models[0], PROMPTS[0], "autoregressive", 30)
+    baseline.totals.setup_s, baseline.totals.prefill_s = 0.1, 0.2
+    baseline.totals.wall_s = 0.3 + 3.0 * (baseline.totals.forward_passes - 1)
+    table_s = sum(interpolate_cost(recorded.costs, n) for n in tree.nodes)
+    paced = paced_totals(tree.prices, tree.nodes, tree.tokens, [baseline], prefill_rows=tree.prefill_rows)
+    assert paced.wall_s == pytest.approx(0.3 + 0.01 * rows + 3.0 * table_s)
+    tree.measured = RealRun([recorded], [baseline])
+    assert tree.paced_speedup == pytest.approx(baseline.totals.wall_s / paced.wall_s)
+
+
+def test_a_check_alternates_its_rounds_and_divides_their_mean_times(models):
+    recorded = goose.generate(models[0], PROMPTS[1], "goose", 20, budget=8, record_sources=True)
+    started = []
+    result = run_what_if(recorded, check=True, model=models[0], rounds=2, on_round=started.append)
+    real = result.measured
+    assert started == [0, 1] and real.rounds == 2 and len(real.baselines) == 2
+    assert real.same_tokens and all(run.tokens == recorded.tokens for run in real.runs)
+    assert real.wall_s == pytest.approx((real.runs[0].totals.wall_s + real.runs[1].totals.wall_s) / 2)
+    assert real.speedup == pytest.approx(real.baseline_totals.wall_s / real.wall_s)
+    with pytest.raises(ValueError, match="rounds must be"):
+        run_what_if(recorded, check=True, model=models[0], rounds=0)
 
 
 def test_runs_without_replay_data_say_what_they_lack(models):

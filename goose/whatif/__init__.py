@@ -22,7 +22,7 @@ What a replayed step is built from, and how exact it is:
 Replaying the recorded settings therefore rebuilds the recorded run itself, tree for tree: the
 loop is the same, and so is everything it starts from (recorded in the trace).
 
-Estimates: a replay's passes priced by the run's cost table (`estimated_totals`). Running the
+Estimates: a replay's passes priced by the run's cost table (`PassPrices`, `estimated_totals`). Running the
 model to check an estimate is measuring, and lives with it (goose.check).
 
 One idea per module:
@@ -46,14 +46,14 @@ from goose.whatif.recorded import (
     replay_refusal,
 )
 from goose.whatif.rows import LatestRows, PassRows, anchor_positions, context_key, node_paths, step_paths
-from goose.whatif.run import ReplayStep, RunWhatIf, estimated_totals, paced_totals, relative_error, replay
+from goose.whatif.run import PassPrices, ReplayStep, RunWhatIf, estimated_totals, paced_totals, relative_error, replay
 from goose.whatif.settings import ALIASES, SOURCE_SETTINGS, own_budget, own_setting, resolve_settings
 from goose.whatif.step import WhatIf, rebuilt_record, what_if
 from goose.whatif.sweeps import Estimated, agreement, best_budget, pooled, sweep
 
-__all__ = ["ALIASES", "SOURCE_SETTINGS", "Estimated", "LatestRows", "NoReplayDataError", "PassRows", "RecordedTarget",
-           "ReplayStep", "RunWhatIf", "WhatIf", "agreement", "anchor_positions", "best_budget", "check_replayable",
-           "context_key", "estimated_totals", "known_continuation", "node_paths", "own_budget", "own_setting",
-           "paced_totals", "pooled", "rebuilt_record", "recorded_prior", "recorded_store", "recorded_texts",
-           "relative_error", "replay", "replay_generation", "replay_refusal", "resolve_settings", "step_paths",
-           "sweep", "what_if"]
+__all__ = ["ALIASES", "Estimated", "LatestRows", "NoReplayDataError", "PassPrices", "PassRows", "RecordedTarget",
+           "ReplayStep", "RunWhatIf", "SOURCE_SETTINGS", "WhatIf", "agreement", "anchor_positions", "best_budget",
+           "check_replayable", "context_key", "estimated_totals", "known_continuation", "node_paths", "own_budget",
+           "own_setting", "paced_totals", "pooled", "rebuilt_record", "recorded_prior", "recorded_store",
+           "recorded_texts", "relative_error", "replay", "replay_generation", "replay_refusal", "resolve_settings",
+           "step_paths", "sweep", "what_if"]

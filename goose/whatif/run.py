@@ -8,7 +8,9 @@ from typing import Any
 
 from goose import metrics
 from goose.budget import interpolate_cost
+from goose.config import GooseConfig
 from goose.drafters import METHODS
+from goose.sources import AdjacencyTable
 from goose.trace import RunRecord, RunTotals, StepRecord
 from goose.whatif.recorded import replay_generation
 from goose.whatif.settings import ALIASES, own_setting, resolve_settings
@@ -26,32 +28,102 @@ class ReplayStep:
     step: StepRecord = field(repr=False)
 
 
-def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int) -> RunTotals:
-    """Totals of a run of `tokens` new tokens whose steps verify trees of `nodes` nodes: the recorded
-    prefill plus each step's cost from the run's cost table (wall 0 without a table)."""
-    passes = 1 + len(nodes)
-    wall = (run.totals.prefill_s or 0.0) + sum(interpolate_cost(run.costs, n) for n in nodes) if run.costs else 0.0
-    return metrics.with_rates(RunTotals(new_tokens=tokens, forward_passes=passes, wall_s=wall,
-                                        prefill_s=run.totals.prefill_s))
+@dataclass(frozen=True)
+class PassPrices:
+    """Seconds of one verification pass as a run's cost table prices it (goose.costs).
+
+    table: seconds per tree size, each pass with the adjacency table's top-k of its rows;
+    autoregressive_s: the plain autoregressive pass, the root alone without that top-k (None: not measured,
+                      as in traces recorded before it was; then a pass without the top-k is priced as one with it);
+    prefill_row_s: the head's top-k of one prompt row, which a prefill that keeps an adjacency table pays for each
+                   row the table keeps (None: not measured; then priced at nothing).
+
+    A method that keeps no adjacency table (autoregressive decoding, pld, suffix) skips the top-k: its passes cost
+    the table's less the top-k, taken as the gap between the table's 1-node pass and the autoregressive pass (the
+    top-k barely depends on the rows: 5.0, 3.9, 4.3 ms at 1, 8 and 16 nodes in a fresh process, 2-core EPYC)."""
+
+    table: dict[int, float]
+    autoregressive_s: float | None = None
+    prefill_row_s: float | None = None
+
+    @classmethod
+    def of(cls, run: RunRecord) -> PassPrices:
+        return cls(dict(run.costs), run.autoregressive_s, run.prefill_row_s)
+
+    def __bool__(self) -> bool:
+        return bool(self.table)
+
+    def __call__(self, nodes: int, refreshes_adjacency: bool = True) -> float:
+        seconds = interpolate_cost(self.table, nodes)
+        if refreshes_adjacency or self.autoregressive_s is None:
+            return seconds
+        return seconds - max(0.0, interpolate_cost(self.table, 1) - self.autoregressive_s)
+
+    def total(self, nodes: Sequence[int], refreshes_adjacency: bool = True) -> float:
+        return sum(self(n, refreshes_adjacency) for n in nodes)
+
+    def prefill_rows(self, rows: int) -> float:
+        """What the top-k of `rows` prompt rows adds to a prefill."""
+        return rows * (self.prefill_row_s or 0.0)
 
 
-def paced_totals(costs: dict[int, float], nodes: Sequence[int], tokens: int, baseline: RunRecord) -> RunTotals | None:
-    """Totals of the same run priced at the pace of `baseline`, autoregressive decoding of the run's prompt measured
-    just before a check (goose.check): the baseline's own set-up and prefill, then each step the cost table's
-    seconds for its tree times how much slower than the table's 1-node pass the baseline's steps ran (its pace).
+def estimated_totals(run: RunRecord, nodes: Sequence[int], tokens: int, prefill_rows: int = 0,
+                     refreshes_adjacency: bool = True) -> RunTotals:
+    """Totals of a run of `tokens` new tokens whose steps verify trees of `nodes` nodes: the recorded prefill (less
+    the top-k of the prompt rows its own adjacency table kept, plus that of the `prefill_rows` this one keeps) and
+    each step's cost from the run's cost table (wall 0 without a table). `refreshes_adjacency`: the method keeps an
+    adjacency table, whose top-k each pass pays (PassPrices)."""
+    prices = PassPrices.of(run)
+    prefill = (run.totals.prefill_s or 0.0) - prices.prefill_rows(len(run.prefill_rows or ()))
+    prefill += prices.prefill_rows(prefill_rows)
+    wall = prefill + prices.total(nodes, refreshes_adjacency) if prices else 0.0
+    return metrics.with_rates(RunTotals(new_tokens=tokens, forward_passes=1 + len(nodes), wall_s=wall,
+                                        prefill_s=prefill))
+
+
+def head_start(run: RunRecord) -> float:
+    """What a run spent before its first step: set-up and prefill."""
+    return run.totals.setup_s + (run.totals.prefill_s or 0.0)
+
+
+def table_pace(runs: Sequence[RunRecord], prices: PassPrices) -> float | None:
+    """How much slower than their table's passes runs' steps ran: their wall time (each run's less its set-up and
+    prefill) over the table's seconds for their trees. None without a table or without steps."""
+    steps_s = table_s = 0.0
+    for run in runs:
+        if prices and run.method in METHODS:
+            steps_s += run.totals.wall_s - head_start(run)
+            table_s += prices.total([len(step.nodes) for step in run.steps], METHODS[run.method].uses_adjacency)
+    return steps_s / table_s if table_s > 0 else None
+
+
+def paced_totals(prices: PassPrices, nodes: Sequence[int], tokens: int, baselines: Sequence[RunRecord],
+                 refreshes_adjacency: bool = True, prefill_rows: int = 0) -> RunTotals | None:
+    """Totals of the same run priced at the pace of `baselines`, autoregressive decoding of the run's prompt measured
+    just before each round of a check (goose.check): the baselines' mean set-up and prefill, plus the top-k of the
+    `prefill_rows` prompt rows a method with an adjacency table keeps (PassPrices.prefill_rows), then each step the
+    cost table's seconds for its tree times how much slower than the table's the baselines' steps ran (their pace,
+    `table_pace`).
 
     Why: the table holds each size's least time, measured once on a quiet machine; what a later run pays for a pass
     depends on what else shares the cores then (a browser on a 2-core machine doubled every pass, measured), and only
     the table's ratios carry over. The tuner reads the ratios alone; an estimate set beside a measurement reads
-    them at the pace the measurement's own baseline ran. None without a cost table or without baseline steps."""
-    steps = baseline.totals.forward_passes - 1 if baseline.totals.forward_passes else 0
-    if not costs or steps <= 0:
+    them at the pace the measurement's own baseline ran. The prefill is the baselines' own, measured under the same
+    load, with the rows' top-k at the table's price: a prefill is one long pass, which a browser slowed far less
+    than the steps (measured: 1.6x where the steps ran 2.2x). None without a cost table or without baseline steps."""
+    pace = table_pace(baselines, prices)
+    if pace is None:
         return None
-    head_start = baseline.totals.setup_s + (baseline.totals.prefill_s or 0.0)
-    pace = (baseline.totals.wall_s - head_start) / (steps * interpolate_cost(costs, 1))
-    wall = head_start + pace * sum(interpolate_cost(costs, n) for n in nodes)
-    return metrics.with_rates(RunTotals(new_tokens=tokens, forward_passes=1 + len(nodes), wall_s=wall,
-                                        prefill_s=baseline.totals.prefill_s, setup_s=baseline.totals.setup_s))
+    start = sum(map(head_start, baselines)) / len(baselines)
+    if refreshes_adjacency:
+        start += prices.prefill_rows(prefill_rows)
+    wall = start + pace * prices.total(nodes, refreshes_adjacency)
+    return metrics.with_rates(RunTotals(new_tokens=tokens, forward_passes=1 + len(nodes), wall_s=wall))
+
+
+def table_rows_at_prefill(prompt: Sequence[int], config: GooseConfig) -> int:
+    """How many prompt rows the adjacency table keeps at the prefill (goose.decode.Generation._prefill)."""
+    return len(AdjacencyTable.from_config(config).last_occurrences(prompt, [None, *prompt[:-1]]))
 
 
 @dataclass
@@ -78,11 +150,17 @@ class RunWhatIf:
     exact: bool
     replayed: RunRecord | None = field(default=None, repr=False)
     measured: Any = None
-    costs: dict[int, float] = field(default_factory=dict, repr=False)  # the run's cost table, which priced it
+    prices: PassPrices = field(default_factory=lambda: PassPrices({}), repr=False)  # the run's table, which priced it
+    prefill_rows: int = 0  # the prompt rows the method's adjacency table keeps at the prefill, whose top-k it pays
 
     @property
     def has_costs(self) -> bool:
-        return bool(self.costs)
+        return bool(self.prices)
+
+    @property
+    def refreshes_adjacency(self) -> bool:
+        """The replayed method keeps an adjacency table, whose top-k each of its passes pays."""
+        return METHODS[self.method].uses_adjacency
 
     @property
     def tokens(self) -> int:
@@ -136,8 +214,9 @@ class RunWhatIf:
         """The estimated speed-up at the pace of the measured baseline (None unchecked or without a cost table)."""
         if not self.measured:
             return None
-        paced = paced_totals(self.costs, self.nodes, self.tokens, self.measured.baseline)
-        return metrics.speedup(paced, self.measured.baseline.totals) if paced else None
+        paced = paced_totals(self.prices, self.nodes, self.tokens, self.measured.baselines, self.refreshes_adjacency,
+                             self.prefill_rows)
+        return metrics.speedup(paced, self.measured.baseline_totals) if paced else None
 
     @property
     def speedup_error(self) -> float | None:
@@ -168,8 +247,10 @@ def replay(run: RunRecord, **settings: Any) -> RunWhatIf:
         steps.append(ReplayStep(position, step.budget, len(step.nodes), step.accepted_length, step))
         position += len(step.committed)
     tokens = len(run.tokens)  # the replay commits the recorded tokens to the end
+    refreshes = METHODS[method].uses_adjacency
+    rows = table_rows_at_prefill(run.prompt_tokens, config) if refreshes else 0
     return RunWhatIf(dict(settings), method, steps, run.accepted_lengths,
-                     estimated_totals(run, [step.nodes for step in steps], tokens),
-                     estimated_totals(run, [1] * (tokens - 1), tokens),
-                     exact=own_setting(run, settings) or not METHODS[method].uses_adjacency,
-                     replayed=generation.run, costs=dict(run.costs))
+                     estimated_totals(run, [step.nodes for step in steps], tokens, rows, refreshes),
+                     estimated_totals(run, [1] * (tokens - 1), tokens, refreshes_adjacency=False),
+                     exact=own_setting(run, settings) or not refreshes,
+                     replayed=generation.run, prices=PassPrices.of(run), prefill_rows=rows)
