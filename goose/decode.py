@@ -166,7 +166,7 @@ class Generation:
         for pool in self.pools:
             pool.extend(prompt)
         previous = [None, *prompt[:-1]]
-        kept = self.adjacency.last_occurrences(prompt, previous) if self.adjacency is not None else []
+        kept = self.adjacency.prompt_rows(prompt) if self.adjacency is not None else []
         first, rows = self.target.prefill(prompt, kept, self.adjacency)
         keyed = [(previous[i], prompt[i], row) for i, row in zip(kept, rows)]
         if self.adjacency is not None:

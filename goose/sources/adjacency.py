@@ -83,6 +83,11 @@ class AdjacencyTable:
             last[(previous[i], token) if self.use_bigram else token] = i
         return sorted(last.values())
 
+    def prompt_rows(self, prompt: Sequence[int]) -> list[int]:
+        """Positions of a prompt whose rows a prefill keeps (and pays the head's top-k for): the last occurrence of
+        each key over the whole prompt."""
+        return self.last_occurrences(prompt, [None, *prompt[:-1]])
+
     def successors(self, token: int, previous: int | None = None) -> list[tuple[int, float]]:
         """(successor, score) pairs, most likely first, scores >= min_score."""
         return self.lookup(token, previous)[1]

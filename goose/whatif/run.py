@@ -122,8 +122,8 @@ def paced_totals(prices: PassPrices, nodes: Sequence[int], tokens: int, baseline
 
 
 def table_rows_at_prefill(prompt: Sequence[int], config: GooseConfig) -> int:
-    """How many prompt rows the adjacency table keeps at the prefill (goose.decode.Generation._prefill)."""
-    return len(AdjacencyTable.from_config(config).last_occurrences(prompt, [None, *prompt[:-1]]))
+    """How many prompt rows the adjacency table keeps at the prefill (AdjacencyTable.prompt_rows)."""
+    return len(AdjacencyTable.from_config(config).prompt_rows(prompt))
 
 
 @dataclass
