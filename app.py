@@ -23,7 +23,7 @@ import os  # noqa: E402
 
 from app.limits import Limits  # noqa: E402
 from app.models import ModelRegistry  # noqa: E402
-from app.ui import build_app  # noqa: E402
+from app.ui import LAUNCH_OPTIONS, build_app  # noqa: E402
 
 registry = ModelRegistry.from_env()
 demo = build_app(registry, limits=Limits.from_env())
@@ -34,4 +34,4 @@ if __name__ == "__main__":
     registry.before_launch(zero_gpu=gpu.on_zero_gpu())
     port = os.environ.get("GRADIO_SERVER_PORT") or os.environ.get("PORT")
     demo.queue(default_concurrency_limit=1).launch(
-        server_name=os.environ.get("GRADIO_SERVER_NAME"), server_port=int(port) if port else None)
+        server_name=os.environ.get("GRADIO_SERVER_NAME"), server_port=int(port) if port else None, **LAUNCH_OPTIONS)

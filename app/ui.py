@@ -36,6 +36,12 @@ BUDGET_CHOICES = ["auto", "8", "16", "32", "60", "100"]
 MODEL_INFO = ("Empty or gemma-3-270m = the embedded Gemma 3 270M. Or a Hugging Face id / a local folder "
               "(a causal LM with eager or sdpa attention).")
 OFFERED_INFO = "The models this server offers (its operator lists them in GOOSE_MODELS)."
+# Options of every launch of the app (app.py, the tests' servers). Gradio 6 keeps each call's outputs in the
+# visitor's localStorage (its "run history") and rewrites the whole list as a call's updates arrive: an Explore run
+# adds ~0.8 MB (its tree page inlines vis-network), so by one browser's fifth run Chromium spent 0.55-0.83 of a
+# core during the run, on the cores the model runs on, and Explore showed 0.73-0.81x the library's tokens/s
+# (with it off: 0.2 of a core and 0.90x; docs/BENCHMARKS.md). The page shows and downloads its own runs.
+LAUNCH_OPTIONS = {"run_history": False}
 RUN_STATE_TTL_S = 3600  # a visitor's browsed run is freed an hour after its last update
 GPU_MARGIN_S = 30  # a GPU call's time beyond the run's limit: warming a fresh ZeroGPU worker, drawing the trees
 METHOD_INFO = ("suffix and suffix-path (SuffixDecoding) draft from this run's prompt and output and from your "

@@ -61,7 +61,7 @@ def app_url() -> Iterator[str]:
     from tiny import slow_tiny_gemma3, tiny_gemma3
 
     from app.models import ModelRegistry
-    from app.ui import build_app
+    from app.ui import LAUNCH_OPTIONS, build_app
 
     # A tiny model's measured costs follow the machine's load, and a steep table makes the root alone the tuner's
     # pick for whole runs: a flat one makes every run draft, so that there are trees to draw.
@@ -74,7 +74,8 @@ def app_url() -> Iterator[str]:
     registry.before_launch()  # what `python app.py` does before it opens: load and warm the first offered model
     demo = build_app(registry, MODEL)
     port = _free_port()
-    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                        **LAUNCH_OPTIONS)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -256,7 +257,8 @@ def test_race_table_shows_its_runs_and_each_run_is_the_librarys(page, library_mo
 
 
 def test_explore_shows_its_runs_clock_and_the_run_is_the_librarys(page, library_model) -> None:
-    """Explore's tokens/s is its run's own clock (the download's), and the run is goose.generate's."""
+    """Explore's tokens/s is its run's own clock (the download's), the run is goose.generate's, and the browser keeps
+    no copy of it."""
     page.get_by_role("tab", name="Explore").click()
     page.locator("#explore-examples").get_by_role("button", name="Repetitive list").click()
     _choose(page, "explore-model", MODEL)
@@ -264,6 +266,10 @@ def test_explore_shows_its_runs_clock_and_the_run_is_the_librarys(page, library_
     run, shown = _explore_once(page)
     assert shown == pytest.approx(run.totals.tokens_per_s, abs=0.06)
     _same_as_the_library(library_model, run)
+    # Gradio's run history would keep every run's outputs in localStorage and rewrite them all on each update,
+    # on the cores the model runs on (app.ui.LAUNCH_OPTIONS): the page keeps nothing there
+    kept = page.evaluate("() => Object.keys(localStorage).map(key => [key, localStorage.getItem(key).length])")
+    assert not [key for key, size in kept if size > 10_000], f"the browser keeps the page's runs: {kept}"
 
 
 def test_replay_opens_a_shipped_trace_without_a_model(page) -> None:

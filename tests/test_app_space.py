@@ -328,7 +328,7 @@ class Passes:
 @pytest.fixture(scope="module")
 def api(registry: ModelRegistry) -> Iterator[tuple[str, Passes]]:
     """The app on a free 127.0.0.1 port in this process, its models warm; the slow model's passes counted."""
-    from app.ui import build_app
+    from app.ui import LAUNCH_OPTIONS, build_app
 
     flat = pytest.MonkeyPatch()  # see conftest.flat_costs: a tiny model's measured costs follow the machine's load
     flat.setattr(goose.decode, "cost_table", lambda model, head="screened": {1: 1.0, 4: 1.01, 16: 1.05})
@@ -336,7 +336,8 @@ def api(registry: ModelRegistry) -> Iterator[tuple[str, Passes]]:
         registry.get_warm(name)
     demo = build_app(registry, "tiny-llama")
     port = _free_port()
-    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                        **LAUNCH_OPTIONS)
     try:
         yield f"http://127.0.0.1:{port}/", Passes(registry.get("slow"))
     finally:
