@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -55,6 +56,11 @@ SWEEP_METHODS = (SpineTree.name, Balanced.name)
 # A check alternates the baseline and the real run this many times and divides their mean times: a single
 # 64-token run (about a second) read speed-ups from 3.7x to 4.8x over seven checks in one quiet process (goose.check).
 CHECK_ROUNDS = 3
+# Seconds a check waits after telling the page of a new round, before that round's baseline starts its clock. The
+# browser draws each progress update on the cores the model runs on: drawn during the autoregressive run's prefill,
+# it made that prefill 40 ms dearer than goose's own (205 against 170 ms, where goose also pays 17 ms for its rows'
+# top-k), and the check's speed-up error read -5 to -14% in Chromium (docs/BENCHMARKS.md).
+PAGE_SETTLE_S = 0.25
 COSTS = ASSETS / "costs"  # cost curves of other devices, shipped as JSON (label, device, model, source, points)
 THIS_DEVICE = "this run's device"
 Measurements = dict[str, dict[int, tuple[float, float | None]]]  # method -> base budget -> measured (τ, speed-up)
@@ -389,6 +395,7 @@ def check(registry: ModelRegistry, run: RunRecord | None, curves: dict[str, Any]
             def on_round(r: int, i: int = i, label: str = label) -> None:
                 progress((i * CHECK_ROUNDS + r, len(todo) * CHECK_ROUNDS),
                          desc=f"round {r + 1} of {CHECK_ROUNDS}: autoregressive, then {label}", unit="rounds")
+                time.sleep(PAGE_SETTLE_S)  # the page draws the update before the round's clocks start
 
             try:
                 result = run_what_if(run, model=model, check=True, cancel=lambda: bool(guard.reason()),
