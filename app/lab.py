@@ -497,11 +497,15 @@ def lab_tab(runs: dict[str, gr.State], check_fn: Callable | None = None, stop_fn
         return open_run(dict(zip(runs, states)).get(name))
 
     show_rebuilt = bound(gathered(rebuild, *rebuilt_from), page)
+    # One queue for every rebuild, in the order they were sent: an open sets every control, and each control's own
+    # event would otherwise run beside the others, so a rebuild sent before the visitor's last move could end after
+    # it and draw a setting no longer shown.
+    in_turn = {"concurrency_id": "lab-rebuild", "concurrency_limit": 1, "show_progress": "hidden"}
     open_button.click(bound(pick, page), [source, *runs.values()], outputs(Opened, page)).then(
-        show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), show_progress="hidden")
+        show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), **in_turn)
     for control in [step, *shape.values()]:  # always_last: while one rebuild runs, only the newest pending one follows
         control.change(show_rebuilt, inputs(*rebuilt_from), outputs(Rebuilt, page), trigger_mode="always_last",
-                       show_progress="hidden")
+                       **in_turn)
     normalised.change(cost_chart, [lab_run, lab_curves, normalised, method], cost_plot, show_progress="hidden")
     if check_fn is not None:
         page["checks"] = checked
