@@ -103,10 +103,18 @@ def page(app_url: str):
 
 def _tree(page, prefix: str, step: int):
     """The vis-network inside the tab's tree iframe once step `step` is drawn: its nodes and edges."""
-    page.wait_for_selector(f'#{prefix}-tree iframe[title="speculation tree of step {step}"]')
-    frame = page.locator(f"#{prefix}-tree iframe").element_handle().content_frame()
-    frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length > 1")
-    return frame.evaluate(NETWORK_JS), frame.evaluate(INK_JS)
+    from playwright.sync_api import Error
+
+    for attempt in range(3):  # the page may draw the same tree again as a run's last update lands (a new frame)
+        page.wait_for_selector(f'#{prefix}-tree iframe[title="speculation tree of step {step}"]')
+        frame = page.locator(f"#{prefix}-tree iframe").element_handle().content_frame()
+        try:
+            frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length > 1")
+            network, ink = frame.evaluate(f"() => [({NETWORK_JS})(), ({INK_JS})()]")
+            return network, ink
+        except Error as error:
+            if "context was destroyed" not in str(error) or attempt == 2:
+                raise
 
 
 STATS_DONE_JS = """() => {
