@@ -322,17 +322,18 @@ def _times(value: float | None) -> str:
 
 
 def check_line(label: str, result: RunWhatIf) -> str:
-    """One checked setting: 'estimated τ X, measured Y (error Z%)', the same for the speed-up (estimated at the pace
-    the baseline ran, the quiet cost table's estimate beside it: goose.whatif.paced_totals), and both runs it
-    divides: the real run and the autoregressive baseline measured just before it."""
+    """One checked setting: 'estimated τ X, measured Y (error Z%)', the same for the speed-up (estimated on the
+    passes the check measured before its rounds, at the pace the baseline ran, the quiet cost table's estimate beside
+    it: goose.check.prices_now, goose.whatif.paced_totals), and both runs it divides: the real run and the
+    autoregressive baseline measured just before it."""
     real = result.measured
     base = real.baseline_totals
     tau = (f'estimated τ <b class="lab-est-tau">{result.tau:.2f}</b>, measured '
            f'<b class="lab-real-tau">{real.tau:.2f}</b> (error {_percent(result.tau_error)})')
-    speed = (f'estimated speed-up <span class="lab-est-speedup">{_times(result.paced_speedup)}</span> at the pace '
-             f'of the autoregressive runs just before it (<span class="lab-table-speedup">{_times(result.speedup)}'
-             f'</span> on the quiet cost table), measured <span class="lab-real-speedup">{_times(real.speedup)}</span> '
-             f'(error {_percent(result.speedup_error)})')
+    speed = (f'estimated speed-up <span class="lab-est-speedup">{_times(result.paced_speedup)}</span> on passes '
+             'measured with it, at the pace of the autoregressive runs just before it '
+             f'(<span class="lab-table-speedup">{_times(result.speedup)}</span> on the quiet cost table), measured '
+             f'<span class="lab-real-speedup">{_times(real.speedup)}</span> (error {_percent(result.speedup_error)})')
     rounds = f"mean of {real.rounds} alternated rounds" if real.rounds > 1 else "one round"
     runs = (f'real run {real.wall_s:.2f} s, <span class="lab-real-tps">{real.tokens_per_s:.1f}</span> tokens/s; '
             f'autoregressive just before it {base.wall_s:.2f} s, <span class="lab-base-tps">'

@@ -196,7 +196,8 @@ def cost_key(goose_model: GooseModel, threads: int, head: str) -> str:
 
 @torch.inference_mode()
 def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, prefix: int = 256,
-                  repeats: int = 5, head: str = "screened") -> dict[int, float]:
+                  repeats: int = 5, head: str = "screened",
+                  between: Callable[[], object] | None = None) -> dict[int, float]:
     """Seconds of one verification step per node count (the least over interleaved rounds, `least_seconds`):
     the tree's forward pass, the greedy walk along it through the run's LM head (with the adjacency table's
     top-k) and the accepted path kept in the cache; under AUTOREGRESSIVE, the same for the root alone without
@@ -205,7 +206,8 @@ def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, p
     Timed on the spine trees a run drafts in real text (`measurement_trees`), not on text chains: a real
     tree's rejected branches have flatter rows, which cost a screened head more, and the walk and the cache's
     upkeep are part of every step (measured against text chains, 2-core AMX Xeon: real steps cost 1.08x the
-    chain at 1 node, 1.4x at 23). The tuner reads this table as it is, so that it is fixed before any run."""
+    chain at 1 node, 1.4x at 23). The tuner reads this table as it is, so that it is fixed before any run.
+    `between`, when given, runs untimed after every call (a caller's cancel check may raise there)."""
     verifier = Verifier(goose_model.model)
     walker = GreedyWalker(head_for(goose_model, head))
     text = measurement_text(goose_model, prefix + 2 * max(sizes))
@@ -220,8 +222,12 @@ def measure_costs(goose_model: GooseModel, sizes: Sequence[int] = BUDGET_GRID, p
     prompt_rows = verifier.forward_chain(list(text[prefix:prefix + PREFILL_ROWS]))  # text rows, as a prompt's
     verifier.truncate(prefix)
     calls[PREFILL_ROW] = lambda: walker.head.top(prompt_rows, GooseConfig().top_k)
-    seconds = least_seconds(calls, repeats, goose_model.model.device,
-                            after=lambda: verifier.truncate(prefix))  # the same prefix each time
+    def after() -> None:
+        verifier.truncate(prefix)  # the same prefix each time
+        if between is not None:
+            between()
+
+    seconds = least_seconds(calls, repeats, goose_model.model.device, after=after)
     seconds[PREFILL_ROW] /= len(prompt_rows)
     return seconds
 

@@ -601,7 +601,8 @@ def test_lab_shows_the_device_and_checks_an_estimate_with_a_real_run(page) -> No
     page.wait_for_selector("#lab-check .lab-real-tau")
     verdict = page.locator("#lab-check").inner_text()
     assert re.search(r"estimated τ \d+\.\d\d, measured \d+\.\d\d \(error [+-]\d+\.\d%\)", verdict), verdict
-    assert re.search(r"estimated speed-up \d+\.\d\dx at the pace of the autoregressive runs just before it "
+    assert re.search(r"estimated speed-up \d+\.\d\dx on passes measured with it, at the pace of the "
+                     r"autoregressive runs just before it "
                      r"\(\d+\.\d\dx on the quiet cost table\), measured \d+\.\d\dx \(error [+-]\d+\.\d%\)", verdict), \
         "the estimate checked is priced at its baseline's pace, the table's own beside it"
     assert re.search(r"real run \d+\.\d\d s, \d+\.\d tokens/s; autoregressive just before it \d+\.\d\d s, "

@@ -253,8 +253,9 @@ def test_check_sets_the_measurement_beside_the_estimate(registry, run, monkeypat
     assert calls[0]["budget"] == 12 and calls[0]["method"] == "goose"
     text = re.sub("<[^>]+>", "", result.checks)
     assert "estimated τ 2.40, measured 2.00 (error +20.0%)" in text
-    assert ("estimated speed-up 1.50x at the pace of the autoregressive runs just before it (1.25x on the quiet cost "
-            "table), measured 1.20x (error +25.0%)") in text, "the paced estimate is checked, the table's beside it"
+    assert ("estimated speed-up 1.50x on passes measured with it, at the pace of the autoregressive runs just before "
+            "it (1.25x on the quiet cost table), measured 1.20x (error +25.0%)") in text, \
+        "the paced estimate is checked, the table's beside it"
     assert ("real run 1.00 s, 32.0 tokens/s; autoregressive just before it 1.25 s, 25.6 tokens/s (mean of 3 "
             "alternated rounds)") in text, "both runs the speed-up divides are shown, and over how many rounds"
     assert result.measured == {"goose": {12: (2.0, 1.2)}}

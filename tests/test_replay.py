@@ -11,6 +11,7 @@ import pytest
 from tiny import tiny_gemma3, tiny_llama
 
 import goose
+from goose import metrics
 from goose.budget import interpolate_cost
 from goose.check import CheckCancelled, RealRun, run_what_if
 from goose.trace import RunRecord
@@ -226,6 +227,37 @@ def test_a_checked_estimate_prices_its_passes_at_the_pace_its_baselines_ran(mode
     assert run_what_if(recorded, method="pld", budget=4).seconds == pytest.approx(
         paced_totals(result.prices, result.nodes, result.tokens, [baseline]).wall_s)
     assert paced_totals(PassPrices({}), result.nodes, result.tokens, [baseline]) is None, "no table, no estimate"
+
+
+def test_a_check_prices_its_estimate_with_the_passes_it_measured_before_its_rounds(models, monkeypatch):
+    """The kept cost table's ratios drift with the machine's load: a check measures the passes its estimate prices
+    (the grid's sizes around each replayed tree, the autoregressive pass and a prompt row's top-k) just before its
+    first round, and paces those."""
+    from goose.check import grid_brackets, prices_now
+
+    assert grid_brackets([1, 5, 20, 21, 64]) == [1, 4, 6, 16, 24, 64]
+    assert grid_brackets([3]) == [1, 3]
+    recorded = goose.generate(models[0], PROMPTS[0], "goose", 30, budget=12, record_sources=True)
+    probed = []
+
+    def logged(goose_model, run, nodes, cancel=None):
+        probed.append(list(nodes))
+        return PassPrices({n: 2.0 * n for n in grid_brackets(nodes)}, 1.5, 0.0)
+
+    monkeypatch.setattr(goose.check, "prices_now", logged)
+    checked = run_what_if(recorded, check=True, model=models[0], rounds=2, budget=6)
+    assert probed == [checked.nodes], "measured once, before the first round, for the replay's own trees"
+    measured = checked.measured
+    paced = paced_totals(measured.prices, checked.nodes, checked.tokens, measured.baselines,
+                         prefill_rows=checked.prefill_rows)
+    assert checked.paced_speedup == pytest.approx(metrics.speedup(paced, measured.baseline_totals))
+    kept = paced_totals(checked.prices, checked.nodes, checked.tokens, measured.baselines,
+                        prefill_rows=checked.prefill_rows)
+    assert checked.paced_speedup != pytest.approx(metrics.speedup(kept, measured.baseline_totals)), \
+        "the kept table no longer prices a measured check"
+    monkeypatch.undo()
+    fresh = prices_now(models[0], recorded, [5, 12])
+    assert sorted(fresh.table) == [1, 4, 6, 12] and fresh.autoregressive_s > 0 and fresh.prefill_row_s >= 0
 
 
 def test_a_tree_methods_prefill_is_priced_with_the_top_k_of_the_prompt_rows_its_table_keeps(models):

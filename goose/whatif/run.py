@@ -137,8 +137,10 @@ class RunWhatIf:
     exact: the replay is what a real run at these settings does, pass for pass (the recorded setting, or
            a method that drafts from the context alone); otherwise the adjacency rows are approximated.
     measured: the real run at these settings (goose.check), or None.
-    paced_speedup: with `measured`, the estimate at the pace its baseline ran (paced_totals); `speedup_error`
-                   compares that one with the measurement, `table_speedup_error` the table's own.
+    paced_speedup: with `measured`, the estimate at the pace its baseline ran (paced_totals), its passes priced as
+                   the check measured them just before its rounds (goose.check.prices_now; the run's table where it
+                   measured none); `speedup_error` compares that one with the measurement, `table_speedup_error`
+                   the table's own.
     """
 
     settings: dict[str, Any]
@@ -214,7 +216,8 @@ class RunWhatIf:
         """The estimated speed-up at the pace of the measured baseline (None unchecked or without a cost table)."""
         if not self.measured:
             return None
-        paced = paced_totals(self.prices, self.nodes, self.tokens, self.measured.baselines, self.refreshes_adjacency,
+        prices = getattr(self.measured, "prices", None) or self.prices  # the passes measured with the check, if any
+        paced = paced_totals(prices, self.nodes, self.tokens, self.measured.baselines, self.refreshes_adjacency,
                              self.prefill_rows)
         return metrics.speedup(paced, self.measured.baseline_totals) if paced else None
 
