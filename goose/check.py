@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goose import metrics
-from goose.costs import AUTOREGRESSIVE, BUDGET_GRID, PREFILL_ROW, measure_costs, no_dearer_than_bigger
+from goose.costs import BUDGET_GRID, measure_costs, split_costs
 from goose.decode import Generation, stream
 from goose.model import GooseModel
 from goose.trace import RunRecord, RunTotals
@@ -130,8 +130,7 @@ def prices_now(goose_model: GooseModel, run: RunRecord, nodes: list[int],
 
     seconds = measure_costs(goose_model, sizes=grid_brackets(nodes), repeats=PROBE_ROUNDS, head=run.head,
                             between=stop_if_cancelled)
-    table = no_dearer_than_bigger({n: s for n, s in seconds.items() if n >= 1})
-    return PassPrices(table, seconds[AUTOREGRESSIVE], seconds[PREFILL_ROW])
+    return PassPrices(*split_costs(seconds))
 
 
 def real_run(goose_model: GooseModel, run: RunRecord, settings: dict[str, Any],

@@ -289,6 +289,12 @@ def _kept_costs(goose_model: GooseModel, cache_file: str | os.PathLike | None,
         # split over ranks, every rank measures and all keep the slowest rank's times: their tuners then agree
         table = kept_on_disk(path, key, lambda: {
             str(n): c for n, c in agreed_costs(goose_model.model, measure_costs(goose_model, head=head)).items()})
-        sizes = {int(n): c for n, c in table.items() if int(n) >= 1}
-        kept[path, key] = (no_dearer_than_bigger(sizes), table.get(str(AUTOREGRESSIVE)), table.get(str(PREFILL_ROW)))
+        kept[path, key] = split_costs({int(n): c for n, c in table.items()})
     return kept[path, key]
+
+
+def split_costs(seconds: Mapping[int, float]) -> tuple[dict[int, float], float | None, float | None]:
+    """measure_costs' seconds as (the tree sizes' table, no size dearer than a bigger one; the autoregressive pass;
+    a prompt row's top-k), the last two None where not measured."""
+    sizes = no_dearer_than_bigger({n: c for n, c in seconds.items() if n >= 1})
+    return sizes, seconds.get(AUTOREGRESSIVE), seconds.get(PREFILL_ROW)

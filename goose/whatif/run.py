@@ -216,7 +216,7 @@ class RunWhatIf:
         """The estimated speed-up at the pace of the measured baseline (None unchecked or without a cost table)."""
         if not self.measured:
             return None
-        prices = getattr(self.measured, "prices", None) or self.prices  # the passes measured with the check, if any
+        prices = self.measured.prices or self.prices  # the passes measured with the check, if any
         paced = paced_totals(prices, self.nodes, self.tokens, self.measured.baselines, self.refreshes_adjacency,
                              self.prefill_rows)
         return metrics.speedup(paced, self.measured.baseline_totals) if paced else None
