@@ -77,6 +77,12 @@ EXAMPLE_TRACES = ASSETS / "traces"
 NO_PROGRESS = gr.Progress()  # Gradio fills a Progress default in with the page's progress bar
 STREAM_INTERVAL_S = 0.5  # how often a streaming run refreshes the page: each refresh is the browser's work, on
 # cores a machine shared with the server may be running the model on
+# Seconds a run waits after the page learns it started (or of a check's new round) before its clock starts. The
+# browser draws that news on the cores the model runs on: drawn during the prefill and first steps, it made an
+# Explore run's prefill 30-50 ms dearer than the library's and its first three steps 30 ms (a 64-token run takes
+# about 0.5 s), and a check's autoregressive prefill 40 ms dearer than goose's own, so that its speed-up error read
+# -5 to -14% in Chromium (docs/BENCHMARKS.md). The visitor waits this much longer; the run's clock does not.
+PAGE_SETTLE_S = 0.25
 TRACES_DIR = Path(tempfile.gettempdir()) / "goose-traces"
 TRACE_KEEP_S = 3600.0  # downloads older than this are deleted when a new one is written
 
@@ -344,10 +350,11 @@ def explore(registry: ModelRegistry, prompt: str, model_name: str, method: str, 
     model = get_model(registry, model_name)
     check_prompt_tokens(model, prompt, limits.max_prompt_tokens)
     reads = model_store(stores, model) if goose.METHODS[method].uses_suffix else None
+    time.sleep(PAGE_SETTLE_S)  # the page draws the run's start before its clock starts
     generation = _start(model, prompt, method, limit, nodes, record_sources=True,  # for the Lab tab
                         head=head, store=reads, **sampling)
     guard = RunGuard(STOPS, session, limits.max_run_s)
-    last_yield = 0.0
+    last_yield = time.perf_counter()  # the first update after one interval, not on top of the prefill
     try:
         for _ in guard.steps(generation):
             now = time.perf_counter()

@@ -24,7 +24,7 @@ from typing import Any
 import gradio as gr
 import plotly.graph_objects as go
 
-from app.callbacks import DEFAULT_LIMITS, NO_PROGRESS, STOPS, get_model
+from app.callbacks import DEFAULT_LIMITS, NO_PROGRESS, PAGE_SETTLE_S, STOPS, get_model
 from app.limits import STOPPED, Limits, RunGuard
 from app.models import ModelNotAllowedError, ModelRegistry
 from app.outputs import KEEP, Controls, Keep, bound, gathered, inputs, outputs
@@ -56,11 +56,6 @@ SWEEP_METHODS = (SpineTree.name, Balanced.name)
 # A check alternates the baseline and the real run this many times and divides their mean times: a single
 # 64-token run (about a second) read speed-ups from 3.7x to 4.8x over seven checks in one quiet process (goose.check).
 CHECK_ROUNDS = 3
-# Seconds a check waits after telling the page of a new round, before that round's baseline starts its clock. The
-# browser draws each progress update on the cores the model runs on: drawn during the autoregressive run's prefill,
-# it made that prefill 40 ms dearer than goose's own (205 against 170 ms, where goose also pays 17 ms for its rows'
-# top-k), and the check's speed-up error read -5 to -14% in Chromium (docs/BENCHMARKS.md).
-PAGE_SETTLE_S = 0.25
 COSTS = ASSETS / "costs"  # cost curves of other devices, shipped as JSON (label, device, model, source, points)
 THIS_DEVICE = "this run's device"
 Measurements = dict[str, dict[int, tuple[float, float | None]]]  # method -> base budget -> measured (τ, speed-up)

@@ -421,6 +421,19 @@ def test_explore_renders_each_streamed_view_off_the_run_s_clock(registry: ModelR
     assert elapsed - shown.run.totals.wall_s >= len(rendered) * RENDER_S
 
 
+def test_explore_lets_the_page_draw_the_start_before_the_run_s_clock_and_first_update(registry: ModelRegistry,
+                                                                                       monkeypatch) -> None:
+    """The run waits PAGE_SETTLE_S for the page to draw its start, off its clock, and streams its first view one
+    interval into the run, not on top of the prefill: the browser's drawing shares the cores the model runs on."""
+    monkeypatch.setattr(callbacks, "PAGE_SETTLE_S", 0.2)
+    monkeypatch.setattr(callbacks, "STREAM_INTERVAL_S", 60.0)  # longer than the run: no view before its end
+    start = time.perf_counter()
+    *streamed, shown = callbacks.explore(registry, LIST_PROMPT, "tiny-gemma3", "goose", "8", 24)
+    elapsed = time.perf_counter() - start
+    assert not [view for view in streamed if view.text is not KEEP], "a view of the run streamed before one interval"
+    assert shown.run.totals.setup_s < 0.2 <= elapsed - shown.run.totals.wall_s
+
+
 def test_race_keeps_progress_and_stop_checks_off_each_racer_s_clock(registry: ModelRegistry, monkeypatch) -> None:
     """Progress reports and the Stop check between two steps do not count in any racer's clock."""
     reason, checks = RunGuard.reason, []
