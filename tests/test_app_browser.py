@@ -281,10 +281,18 @@ def test_explore_shows_its_runs_clock_and_the_run_is_the_librarys(page, library_
 
 
 def test_replay_opens_a_shipped_trace_without_a_model(page) -> None:
+    """The trace's own tree and counters: every number is the recorded run's (goose.metrics through its totals)."""
+    from app.callbacks import EXAMPLE_TRACES
+    from goose.trace import RunRecord
+
     page.get_by_role("tab", name="Replay").click()
     page.locator("#replay-open").click()
     tree, ink = _tree(page, "replay", 0)
     assert ink > 500 and {n["source"] for n in tree["nodes"]} >= {"root", "bonus"}
+    totals = RunRecord.load(EXAMPLE_TRACES / "code-completion.json").totals  # the example Replay opens first
+    shown = [page.locator(f"#replay-stats .stat-{i}").inner_text() for i in range(5)]
+    assert shown[1:5] == [str(totals.new_tokens), f"{totals.tau:.2f}", f"{totals.tokens_per_s:.1f}",
+                          f"{totals.wall_s:.2f} s"], shown
     page.screenshot(path=str(ARTIFACTS / "replay.png"), full_page=True)
 
 
