@@ -142,14 +142,16 @@ def test_the_time_limit_stops_a_run_cleanly_and_keeps_what_it_made(registry: Mod
 
 def test_stop_ends_the_run_within_one_step_and_the_next_run_works(registry: ModelRegistry) -> None:
     updates = callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 400, session="visitor")
-    next(updates)  # the first step has streamed to the page
+    streamed = next(view for view in updates if 'class="stat-0"' in view.stats)  # steps have streamed to the page
+    steps_shown = int(re.search(r'class="stat-0">(\d+)<', streamed.stats).group(1))
     callbacks.stop("visitor")
     shown = list(updates)[-1]
     run, slider = shown.run, shown.step
     assert run.stop_reason == STOPPED and "stopped after" in shown.stats
-    assert len(run.steps) == 1, "the run must end right after the step in flight"
+    assert 1 <= steps_shown <= len(run.steps) <= steps_shown + 1, "the run must end right after the step in flight"
     assert "tok-" in shown.text and shown.tree.startswith("<iframe")
-    assert (slider.maximum, slider.value, slider.interactive) == (1, 0, False), "one step: nothing to scrub"
+    last = len(run.steps) - 1
+    assert (slider.maximum, slider.value, slider.interactive) == (max(1, last), 0, last > 0)
     assert goose.RunRecord.load(shown.download.value["path"]).tokens == run.tokens
     again = list(callbacks.explore(registry, LIST_PROMPT, "slow", "goose", "8", 24, session="visitor"))[-1].run
     assert again.stop_reason == "max_new_tokens" and again.totals.new_tokens == 24
