@@ -485,10 +485,17 @@ def test_a_second_visitor_waits_in_the_queue_and_sees_their_place(page, app_url:
 
 def _lab_tree(page, step: int) -> dict:
     """The rebuilt tree's vis-network (nodes, edges) once step `step` is drawn."""
-    page.wait_for_selector(f'#lab-tree iframe[title="rebuilt tree of step {step}"]')
-    frame = page.locator("#lab-tree iframe").element_handle().content_frame()
-    frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length >= 1")
-    return frame.evaluate(NETWORK_JS)
+    from playwright.sync_api import Error as PlaywrightError
+
+    for attempt in range(3):  # the Lab may draw the same step again (a new frame) while it is read, as _tree
+        page.wait_for_selector(f'#lab-tree iframe[title="rebuilt tree of step {step}"]')
+        frame = page.locator("#lab-tree iframe").element_handle().content_frame()
+        try:
+            frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length >= 1")
+            return frame.evaluate(NETWORK_JS)
+        except PlaywrightError as error:
+            if "context was destroyed" not in str(error) or attempt == 2:
+                raise
 
 
 def _would(page) -> tuple[int, int]:
