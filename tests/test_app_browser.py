@@ -101,20 +101,29 @@ def page(app_url: str):
         browser.close()
 
 
-def _tree(page, prefix: str, step: int):
-    """The vis-network inside the tab's tree iframe once step `step` is drawn: its nodes and edges."""
+def _read_tree_frame(page, tree: str, title: str, ready: str, read: str):
+    """`read` evaluated in the iframe of `#{tree}` titled `title` once `ready` holds there; read again (three tries)
+    when the page draws the same tree anew meanwhile (a new frame: its execution context is destroyed), as a
+    run's last update or the Lab's own rebuild may."""
     from playwright.sync_api import Error
 
-    for attempt in range(3):  # the page may draw the same tree again as a run's last update lands (a new frame)
-        page.wait_for_selector(f'#{prefix}-tree iframe[title="speculation tree of step {step}"]')
-        frame = page.locator(f"#{prefix}-tree iframe").element_handle().content_frame()
+    for attempt in range(3):
+        page.wait_for_selector(f'#{tree} iframe[title="{title}"]')
+        frame = page.locator(f"#{tree} iframe").element_handle().content_frame()
         try:
-            frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length > 1")
-            network, ink = frame.evaluate(f"() => [({NETWORK_JS})(), ({INK_JS})()]")
-            return network, ink
+            frame.wait_for_function(ready)
+            return frame.evaluate(read)
         except Error as error:
             if "context was destroyed" not in str(error) or attempt == 2:
                 raise
+
+
+def _tree(page, prefix: str, step: int):
+    """The vis-network inside the tab's tree iframe once step `step` is drawn: its nodes and edges."""
+    network, ink = _read_tree_frame(page, f"{prefix}-tree", f"speculation tree of step {step}",
+                                    "() => typeof network !== 'undefined' && network.body.data.nodes.length > 1",
+                                    f"() => [({NETWORK_JS})(), ({INK_JS})()]")
+    return network, ink
 
 
 STATS_DONE_JS = """() => {
@@ -485,17 +494,8 @@ def test_a_second_visitor_waits_in_the_queue_and_sees_their_place(page, app_url:
 
 def _lab_tree(page, step: int) -> dict:
     """The rebuilt tree's vis-network (nodes, edges) once step `step` is drawn."""
-    from playwright.sync_api import Error as PlaywrightError
-
-    for attempt in range(3):  # the Lab may draw the same step again (a new frame) while it is read, as _tree
-        page.wait_for_selector(f'#lab-tree iframe[title="rebuilt tree of step {step}"]')
-        frame = page.locator("#lab-tree iframe").element_handle().content_frame()
-        try:
-            frame.wait_for_function("() => typeof network !== 'undefined' && network.body.data.nodes.length >= 1")
-            return frame.evaluate(NETWORK_JS)
-        except PlaywrightError as error:
-            if "context was destroyed" not in str(error) or attempt == 2:
-                raise
+    return _read_tree_frame(page, "lab-tree", f"rebuilt tree of step {step}",
+                            "() => typeof network !== 'undefined' && network.body.data.nodes.length >= 1", NETWORK_JS)
 
 
 def _would(page) -> tuple[int, int]:
