@@ -143,8 +143,10 @@ class ModelTarget:
         rows: list[Row | None] = []
         if table is not None and table_rows:
             # Only the rows the table keeps need the head's top-k: the table comes out the same, for a fraction
-            # of the prefill's heaviest work.
-            top = self.walker.head.top(hidden[list(table_rows)], table.top_k)
+            # of the prefill's heaviest work. And over the run's prior, their successors are ranked among the
+            # tokens the prior holds and the prompt's own, not the whole vocabulary (Prior.harvest_vocabulary).
+            vocabulary = self._prior.harvest_vocabulary(prompt) if self._prior is not None else None
+            top = self.walker.head.top_among(hidden[list(table_rows)], vocabulary, table.top_k)
             rows = list(table.rows(top.indices, top.values))
         self.verifier.truncate(len(prompt))  # the whole prompt is committed
         return first, rows

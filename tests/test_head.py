@@ -319,6 +319,30 @@ def test_every_head_kind_answers_the_one_interface():
         assert head.vocab_size == head.target_rows(hidden).vocab_size == vocab, kind
 
 
+@pytest.mark.parametrize("make_model", [tiny_llama, tiny_gemma3])
+def test_top_among_ranks_only_the_given_tokens_in_float32(make_model):
+    """A prefill's prompt rows are ranked among a few tokens: every head kind gives the float32 top-k of exactly
+    those tokens (soft-capped as the model's logits), by vocabulary id; None ranks the whole vocabulary."""
+    model = make_model(0)
+    lm_head = model.model.get_output_embeddings()
+    vocab, width = lm_head.weight.shape
+    hidden = torch.randn(5, width, generator=torch.Generator().manual_seed(1)) * 4
+    vocabulary = torch.arange(3, vocab, 3)
+    cap = getattr(model.model.config.get_text_config(decoder=True), "final_logit_softcapping", None)
+    logits = lm_head(hidden).float()
+    logits = logits if cap is None else torch.tanh(logits / cap) * cap
+    expected = torch.topk(logits[:, vocabulary], 4, dim=1)
+    for kind in ("full", "screened", "int8", "int8+screened@2"):
+        head = head_for(model, kind)
+        top = head.top_among(hidden, vocabulary, 4)
+        assert torch.equal(top.indices, vocabulary[expected.indices]), kind
+        torch.testing.assert_close(top.values, expected.values)
+        assert set(top.indices.flatten().tolist()) <= set(vocabulary.tolist()), kind
+        assert head.top_among(hidden, vocabulary[:2], 4).indices.shape == (5, 2), kind  # k beyond the tokens given
+        whole = head.top_among(hidden, None, 4)
+        assert torch.equal(whole.indices, head.top(hidden, 4).indices), kind
+
+
 def test_the_head_modules_import_one_way():
     """protocol, rows, screens, routing, factory: each imports only the ones before it, never a higher one."""
     from test_imports import import_graph

@@ -82,6 +82,22 @@ def test_a_warm_start_drafts_from_the_prior_and_stays_lossless(cache, models, me
     assert changed, "the prior never changed a tree: it is not read"
 
 
+def test_a_prefill_ranks_its_prompt_rows_among_the_prior_s_tokens_and_the_prompt_s(cache, models):
+    """Over a prior, the rows a prefill stores name only tokens the prior holds or the prompt repeats (most of a
+    vocabulary is never a successor); without one, the whole vocabulary. The output is the same either way."""
+    goose_model = models[0]
+    Prior("tiny-gemma3-0@test", {5: [(6, 0.9), (7, 0.1)]}).save(prior_path(goose_model.name))
+    for prompt in PROMPTS:
+        tokens = set(goose_model.encode(prompt))
+        allowed = tokens | {5, 6, 7}
+        warm = goose.generate(goose_model, prompt, "goose", 24, budget=8, record_sources=True)
+        cold = goose.generate(goose_model, prompt, "goose", 24, budget=8, warm_start=False, record_sources=True)
+        assert warm.tokens == cold.tokens == goose.generate(goose_model, prompt, "autoregressive", 24).tokens
+        successors = [{t for t, _ in row} for _, _, row in warm.prefill_rows]
+        assert successors and all(s <= allowed for s in successors), prompt[:12]
+        assert any(not {t for t, _ in row} <= allowed for _, _, row in cold.prefill_rows), prompt[:12]
+
+
 def test_sampling_with_a_warm_start_draws_what_plain_sampling_draws(cache, models):
     """With temperature alone every output token is one Gumbel-max draw, in order, whatever the tree: the same
     seed gives plain sampling's tokens (a stronger check than equal distributions)."""

@@ -64,6 +64,11 @@ class LMHead(Protocol):
         """The top-k per row for the adjacency table, as greedy() would give it (need not be exact)."""
         ...
 
+    def top_among(self, hidden: torch.Tensor, vocabulary: torch.Tensor | None, top_k: int
+                  ) -> torch.return_types.topk:
+        """The top-k per row among the tokens `vocabulary` holds (None: all), for the adjacency table."""
+        ...
+
     def target_rows(self, hidden: torch.Tensor) -> SampledRows:
         """One pass's rows as sampling needs them."""
         ...

@@ -38,6 +38,10 @@ class RoutedHead:
     def top(self, hidden: torch.Tensor, top_k: int) -> torch.return_types.topk:
         return self.pick(hidden).top(hidden, top_k)
 
+    def top_among(self, hidden: torch.Tensor, vocabulary: torch.Tensor | None, top_k: int
+                  ) -> torch.return_types.topk:
+        return self.pick(hidden).top_among(hidden, vocabulary, top_k)
+
     def target_rows(self, hidden: torch.Tensor) -> SampledRows:
         return self.pick(hidden).target_rows(hidden)
 
