@@ -319,21 +319,21 @@ def test_every_head_kind_answers_the_one_interface():
         assert head.vocab_size == head.target_rows(hidden).vocab_size == vocab, kind
 
 
+@pytest.mark.parametrize("cap", [None, 5.0])
 @pytest.mark.parametrize("make_model", [tiny_llama, tiny_gemma3])
-def test_top_among_ranks_only_the_given_tokens_in_float32(make_model):
+def test_top_among_ranks_only_the_given_tokens_in_float32(make_model, cap):
     """A prefill's prompt rows are ranked among a few tokens: every head kind gives the float32 top-k of exactly
-    those tokens (soft-capped as the model's logits), by vocabulary id; None ranks the whole vocabulary."""
-    model = make_model(0)
-    lm_head = model.model.get_output_embeddings()
+    those tokens (soft-capped as the model's logits: the full head's), by vocabulary id; None ranks the whole
+    vocabulary."""
+    lm_head = make_model(0).model.get_output_embeddings()
     vocab, width = lm_head.weight.shape
     hidden = torch.randn(5, width, generator=torch.Generator().manual_seed(1)) * 4
     vocabulary = torch.arange(3, vocab, 3)
-    cap = getattr(model.model.config.get_text_config(decoder=True), "final_logit_softcapping", None)
-    logits = lm_head(hidden).float()
-    logits = logits if cap is None else torch.tanh(logits / cap) * cap
-    expected = torch.topk(logits[:, vocabulary], 4, dim=1)
-    for kind in ("full", "screened", "int8", "int8+screened@2"):
-        head = head_for(model, kind)
+    expected = torch.topk(FullHead(lm_head, cap).logits(hidden)[:, vocabulary], 4, dim=1)
+    heads = {"full": FullHead(lm_head, cap), "screened": ScreenedHead(lm_head, cap),
+             "int8": Int8ScreenedHead(lm_head, cap)}
+    heads["int8+screened@2"] = RoutedHead(heads["int8"], heads["screened"], 2)
+    for kind, head in heads.items():
         top = head.top_among(hidden, vocabulary, 4)
         assert torch.equal(top.indices, vocabulary[expected.indices]), kind
         torch.testing.assert_close(top.values, expected.values)
