@@ -129,7 +129,8 @@ def test_the_shape_tuner_walks_the_grid_towards_what_accepts_more():
     assert tuner.best() == ((1, 1), 8)
     assert sorted(tuner.candidates()) == [((1, 1), 2), ((1, 1), 8), ((1, 2), 8), ((2, 1), 8)]
     simulate(tuner, build, 20)
-    assert tuner.best() == ((3, 1), 8)
+    (depth, _), budget = tuner.best()  # width changes nothing here: either is a best
+    assert (depth, budget) == (3, 8)
     assert tuner.best(pinned={"depth": 2})[0][0] == 2  # a pinned knob is never moved
     assert all(shape[0] == 2 for shape, _ in tuner.candidates(pinned={"depth": 2}))
 
@@ -139,6 +140,45 @@ def test_a_new_shape_competes_only_after_enough_observations():
     for step in range(4):
         tuner.observe({((1,), 8): chain(9), ((2,), 8): chain(1, 2)}, TARGET[:3])
         assert tuner.best() == (((2,) if step == 3 else (1,)), 8)
+
+
+def test_a_new_shape_is_compared_with_its_neighbour_on_the_same_steps():
+    """A shape first scored after its neighbour has a long record starts from that record (estimate and
+    count): a stretch where both do as well does not make it the best, as comparing its first steps alone
+    with the neighbour's whole record would; doing better on the same steps does."""
+    tuner = BudgetTuner({8: 1.0}, knobs={"depth": (1, 2)}, start={"depth": 1}, min_count=4)
+    for _ in range(20):
+        tuner.observe({((1,), 8): chain(9)}, TARGET[:3])  # a poor stretch: the best shape accepts nothing
+    good = {((1,), 8): chain(1, 2, 9), ((2,), 8): chain(1, 2, 9)}  # then both accept 2 a step
+    tuner.observe(good, TARGET[:3])
+    new = tuner.estimates[(2,), 8]
+    assert new.seen == 1 and new.count == 21
+    for _ in range(10):
+        tuner.observe(good, TARGET[:3])
+    assert tuner.estimates[(2,), 8].accepted == pytest.approx(tuner.estimates[(1,), 8].accepted)
+    assert tuner.best() == ((1,), 8)  # as good, not better: the pick stays
+    for _ in range(4):
+        tuner.observe({((1,), 8): chain(1, 2, 9), ((2,), 8): chain(1, 2, 3, 9)}, TARGET[:4])
+    assert tuner.best() == ((2,), 8)
+
+
+class ShapedSpineTree(SpineTree):
+    """The spine tree with the shape search its tuner once ran (goose tunes its budget alone; balanced and
+    recycling still search their shapes): the search itself, on the spine tree's knobs."""
+
+    shape_grid = {"spine_share": (0.15, 0.3, None, 0.5, 0.7, 1.0), "spine_branch_share": (0.0, 0.25, 0.5, 0.75, 1.0),
+                  "max_branch_depth": (1, 2, 3, 4, 6, 8), "top_k": (2, 4, 6, 10), "branches": (False, True)}
+
+
+def test_the_spine_tree_tunes_its_budget_alone_per_situation():
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (1, 2, 3, 4, 6, 8, 12, 16)})
+    drafter = SpineTree(goose.GooseConfig(), tuner)
+    assert tuner.knobs == {} and drafter.pinned == {}
+    assert tuner.candidates() == [((), n) for n in (6, 8, 12, 16)]  # within 2 places of the prior's pick, 16
+    state = DraftState(0, None, ContextMatch(), Successors(), drafter.spine_acceptance)
+    tree, _ = drafter.draft(state)
+    drafter.observe(state, tree, [], [7])
+    assert {shape for shape, _ in tuner.situation("no match").estimates} == {()}
 
 
 class Successors:
@@ -151,7 +191,7 @@ class Successors:
 def test_the_spine_tree_tuner_changes_shape_when_the_spine_is_always_right():
     """A long, always-correct context match and useless branches: the tuner gives the spine more of the tree."""
     tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (4, 8, 16, 32)})
-    drafter = SpineTree(goose.GooseConfig(), tuner)
+    drafter = ShapedSpineTree(goose.GooseConfig(), tuner)
     assert tuner.knobs and tuner.start == (None, 0.5, 6, 10, True)
     first = None
     for _ in range(40):
@@ -170,7 +210,7 @@ def test_the_spine_tree_tuner_drops_branches_that_never_pay():
     """Useless branches and a spine that is right: the pure chain (branches=False, pld's tree) is among the
     shapes scored every step, so where the branches' rows only cost, the tuner ends on the chain."""
     tuner = BudgetTuner({n: 1.0 + 0.2 * n for n in (2, 4, 8, 16)})
-    drafter = SpineTree(goose.GooseConfig(), tuner)
+    drafter = ShapedSpineTree(goose.GooseConfig(), tuner)
     for _ in range(40):
         state = DraftState(0, None, ContextMatch(TARGET[:3], 0.0), Successors(), drafter.spine_acceptance)
         tree, _ = drafter.draft(state)
@@ -198,7 +238,7 @@ def test_generate_tunes_by_default_from_a_fresh_tuner_over_the_recorded_table(mo
 
 def test_a_shape_knob_set_by_the_caller_is_kept():
     tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (4, 8, 16)})
-    drafter = SpineTree(goose.GooseConfig(max_branch_depth=4), tuner)
+    drafter = ShapedSpineTree(goose.GooseConfig(max_branch_depth=4), tuner)
     assert drafter.pinned == {"max_branch_depth": 4}
     for _ in range(12):
         state = DraftState(0, None, ContextMatch(TARGET[:20], 0.0), Successors(), drafter.spine_acceptance)
@@ -209,7 +249,7 @@ def test_a_shape_knob_set_by_the_caller_is_kept():
     assert tuner.best(drafter.pinned)[0][2] == 4
 
 
-class CountingSpineTree(SpineTree):
+class CountingSpineTree(ShapedSpineTree):
     builds = 0
 
     def build(self, state, budget):
@@ -224,12 +264,16 @@ def test_equal_trees_are_built_once_per_step():
     state = DraftState(0, None, ContextMatch(), Successors(), drafter.spine_acceptance)
     tree, _ = drafter.draft(state)
     assert tuner.best() == (tuner.start, 8)
-    # 4 budgets; spine share, rho, depth, width and branches neighbours
-    assert len(tuner.candidates()) == 4 + 2 + 2 + 2 + 1 + 1
+    # the budgets within 2 places of 8 (3, 4, 8); spine share, rho, depth, width and branches neighbours
+    assert len(tuner.candidates()) == 3 + 2 + 2 + 2 + 1 + 1
     CountingSpineTree.builds = 0
     drafter.observe(state, tree, [], [7])
-    # budgets 2, 3, 4 (8 is the drafted tree); depths 4, 8; width 6; no branches (the root alone)
-    assert CountingSpineTree.builds == 3 + 2 + 1 + 1
+    # budgets 3, 4 (8 is the drafted tree); depths 4, 8; width 6; no branches (the root alone)
+    assert CountingSpineTree.builds == 2 + 2 + 1 + 1
+    # the spine share and rho neighbours build the best shape's own tree: not scored as shapes of their own
+    scored = {shape for shape, _ in tuner.situation("no match").estimates}
+    assert scored == {tuner.start, (None, 0.5, 4, 10, True), (None, 0.5, 8, 10, True), (None, 0.5, 6, 6, True),
+                      (None, 0.5, 6, 10, False)}
 
 
 def test_steps_without_a_context_match_are_tuned_apart():
