@@ -243,7 +243,7 @@ class BudgetTuner:
         keys, and the tuner chased their noise).
         """
         self.steps += 1
-        around = self._around or self.start
+        around = self.start if self._around is None else self._around
         self._best.clear()
         new = [key for key in trees if key not in self.estimates]  # in order: ties go to the first key
         for key in new:  # from the neighbour's record before this step

@@ -262,7 +262,7 @@ class SpineTree(Drafter):
     # share from its acceptance and the match's confidence, branches best first). Searching the shape too
     # (spine share, rho, branch depth, width, branches or not) ran slower than a fixed budget of 8 on both
     # suites, where the budget alone did not (2-core AVX2 EPYC, 20 prompts each, interleaved: shape and budget
-    # 0.96x / 0.95x that fixed budget on HumanEval / MT-Bench, the budget alone 0.97x / 1.01x): its ~90 keys
+    # 0.96x / 0.95x that fixed budget on HumanEval / MT-Bench, the budget alone 0.97x / 1.01x): its 60-340 keys
     # per situation each saw a few steps of a 128-token run, and the shapes it favoured cost more than the measured
     # table says (against the table, its real passes cost 2-7% more than the fixed budget's).
     shape_grid = {}
