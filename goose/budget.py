@@ -122,6 +122,8 @@ class BudgetTuner:
         self.decay, self.min_count, self.reach = decay, min_count, reach
         self.steps = 0
         self.situations: dict[str, BudgetTuner] = {}
+        self.floors: dict[str, tuple[int, float]] = {}  # situation -> (floor, margin): set_floor
+        self.floor, self.margin = 0, 0.0
         self.set_knobs(knobs or {}, start or {})
 
     def situation(self, name: str) -> BudgetTuner:
@@ -134,8 +136,19 @@ class BudgetTuner:
         if name not in self.situations:
             sibling = BudgetTuner(self.costs, decay=self.decay, min_count=self.min_count, reach=self.reach)
             sibling.set_knobs(self.knobs, dict(zip(self.knobs, self.start)))
+            sibling.floor, sibling.margin = self.floors.get(name, (0, 0.0))
             self.situations[name] = sibling
         return self.situations[name]
+
+    def set_floor(self, situation: str, floor: int, margin: float) -> None:
+        """In `situation`, a budget below `floor` is picked only when its rate beats the best at or above the floor by
+        more than `margin` (a share): for what bigger trees gain that no step's score sees. Budgets below it are
+        still scored."""
+        self.floors[situation] = (floor, margin)
+        tuner = self if not situation else self.situations.get(situation)
+        if tuner is not None:
+            tuner.floor, tuner.margin = floor, margin
+            tuner._best.clear()
 
     @property
     def all_steps(self) -> int:
@@ -162,8 +175,8 @@ class BudgetTuner:
         return shape
 
     def best(self, pinned: Mapping[str, Any] | None = None) -> Key:
-        """The (shape, budget) with the most expected tokens per second, among the keys seen
-        enough (and the starting shape's) that keep the pinned knobs."""
+        """The (shape, budget) with the most expected tokens per second (less a margin below the floor: set_floor),
+        among the keys seen enough (and the starting shape's) that keep the pinned knobs."""
         pinned = pinned or {}
         memo = tuple(sorted(pinned.items()))
         if memo in self._best:
@@ -172,8 +185,13 @@ class BudgetTuner:
         fixed = [(i, pinned[name]) for i, name in enumerate(self.knobs) if name in pinned]
         eligible = ((key, e) for key, e in self.estimates.items()
                     if (e.seen >= self.min_count or key[0] == start) and all(key[0][i] == v for i, v in fixed))
-        self._best[memo] = max(eligible, key=lambda item: item[1].rate)[0]
+        self._best[memo] = max(eligible, key=self._score)[0]
         return self._best[memo]
+
+    def _score(self, item: tuple[Key, _Estimate]) -> float:
+        """What `best` ranks a key by: its rate, less the margin below the floor (set_floor)."""
+        (_, budget), estimate = item
+        return estimate.rate if budget >= self.floor else estimate.rate / (1.0 + self.margin)
 
     def shape_overrides(self, shape: Shape) -> dict[str, Any]:
         """A shape as GooseConfig overrides."""

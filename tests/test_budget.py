@@ -55,6 +55,38 @@ def test_where_no_tree_pays_the_tuner_falls_back_to_the_root_alone():
     assert tuner.best()[1] > 1
 
 
+def test_below_the_floor_a_budget_must_beat_the_floor_by_the_margin():
+    """A budget below the floor wins only by more than the margin; budgets below it are still scored, and a
+    floor set on a situation holds for its tuner, made before or after, and nowhere else."""
+    def no_match_where_small_wins_by(share):
+        tuner = BudgetTuner({4: 1.0, 8: 1.0 + share})
+        tuner.set_floor("no match", 8, 0.10)
+        no_match = tuner.situation("no match")
+        for _ in range(8):  # both trees accept one token: the rates are 2 / cost
+            no_match.observe({((), 4): chain(1, 90, 91), ((), 8): chain(1, 90, 91, 92, 93, 94, 95)}, TARGET[:3])
+        return tuner, no_match
+
+    tuner, no_match = no_match_where_small_wins_by(0.05)
+    assert no_match.estimates[(), 4].rate == pytest.approx(1.05 * no_match.estimates[(), 8].rate)
+    assert no_match.best() == ((), 8)
+    assert no_match.candidates() == [((), 4), ((), 8)]  # still scored
+    assert (tuner.floor, tuner.margin) == (0, 0.0)
+    _, no_match = no_match_where_small_wins_by(0.5)
+    assert no_match.best() == ((), 4)
+    early = BudgetTuner({4: 1.0, 8: 1.0})
+    made_before = early.situation("no match")
+    early.set_floor("no match", 8, 0.10)
+    assert (made_before.floor, made_before.margin) == (8, 0.10)
+
+
+def test_without_a_match_the_spine_tree_tuner_keeps_to_its_floor_unless_smaller_trees_win_by_the_margin():
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (1, 2, 3, 4, 6, 8, 12, 16)})
+    SpineTree(goose.GooseConfig(), tuner)
+    no_match = tuner.situation("no match")
+    assert (no_match.floor, no_match.margin) == (SpineTree.no_match_floor, SpineTree.no_match_margin)
+    assert (tuner.floor, tuner.margin) == (0, 0.0)  # with a match the budget is tuned freely
+
+
 def test_before_any_step_the_prior_prefers_what_is_cheap_for_its_few_tokens():
     tuner = BudgetTuner({2: 1.0, 16: 1.1})
     assert tuner.best() == ((), 16)  # (1 + 0.4 * 3) / 1.1 > (1 + 0.17) / 1.0
