@@ -33,6 +33,8 @@ from goose.tree import (
 )
 from goose.validate import AUTO, MAX_BUDGET
 
+NO_MATCH = "no match"  # the tuner situation of the steps whose source offers nothing to copy
+
 
 class Successors(Protocol):
     """What a builder reads of the adjacency table (a live AdjacencyTable, or a recorded copy of its rows)."""
@@ -123,7 +125,7 @@ class Drafter:
     def situation(self, state: DraftState) -> str:
         """Which of the tuner's situations a step is in: a method that reads the context tunes its steps
         without a match apart ("no match") from those with one ("")."""
-        return "no match" if self.uses_context and not state.match.tokens else ""
+        return NO_MATCH if self.uses_context and not state.match.tokens else ""
 
     def _tuner(self, state: DraftState) -> BudgetTuner:
         return self.tuner.situation(self.situation(state))
@@ -278,7 +280,7 @@ class SpineTree(Drafter):
     def __init__(self, config: GooseConfig, tuner: BudgetTuner | None = None) -> None:
         super().__init__(config, tuner)
         if tuner is not None:
-            tuner.set_floor("no match", self.no_match_floor, self.no_match_margin)
+            tuner.set_floor(NO_MATCH, self.no_match_floor, self.no_match_margin)
 
     def build(self, state: DraftState, budget: int) -> DraftTree:
         return build_goose_tree(state.anchor, state.before_anchor, state.match, state.adjacency, self.config,
@@ -329,7 +331,7 @@ class Suffix(Drafter):
         return build_suffix_tree(state.anchor, draft.token_ids, draft.parents, draft.probs)
 
     def situation(self, state: DraftState) -> str:
-        return "" if state.suffix.draft(min(1, state.room), self.tree_form).token_ids else "no match"
+        return "" if state.suffix.draft(min(1, state.room), self.tree_form).token_ids else NO_MATCH
 
 
 @register

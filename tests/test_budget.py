@@ -79,7 +79,7 @@ def test_below_the_floor_a_budget_must_beat_the_floor_by_the_margin():
     assert (made_before.floor, made_before.margin) == (8, 0.10)
 
 
-def test_without_a_match_the_spine_tree_tuner_keeps_to_its_floor_unless_smaller_trees_win_by_the_margin():
+def test_the_spine_tree_sets_its_floor_on_the_no_match_tuner_only():
     tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (1, 2, 3, 4, 6, 8, 12, 16)})
     SpineTree(goose.GooseConfig(), tuner)
     no_match = tuner.situation("no match")
