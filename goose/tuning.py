@@ -24,7 +24,7 @@ from typing import Any
 from goose.assets import cache_dir, kept_on_disk
 from goose.model import GooseModel
 
-TUNING_FORMAT = 3
+TUNING_FORMAT = 4
 CALIBRATION_TOKENS = 128
 CALIBRATION_PROMPTS = (
     'def merge_sorted(left, right):\n    """Merge two sorted lists into one sorted list."""\n',

@@ -232,8 +232,10 @@ def test_the_spine_tree_tuner_changes_shape_when_the_spine_is_always_right():
         first = tree if first is None else first
         accepted = len(tree.walk(TARGET))
         drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
-    shape, _ = tuner.best()
-    assert shape != tuner.start
+    copying = tuner.situation("copying")  # every step after the first took its whole spine
+    assert copying.steps == 39
+    shape, _ = copying.best()
+    assert shape != copying.start
     spine = sum(source == "spine" for source in tree.sources)
     assert spine / len(tree) > sum(source == "spine" for source in first.sources) / len(first)
 
@@ -248,7 +250,9 @@ def test_the_spine_tree_tuner_drops_branches_that_never_pay():
         tree, _ = drafter.draft(state)
         accepted = len(tree.walk(TARGET))
         drafter.observe(state, tree, list(range(1, accepted + 1)), TARGET[:accepted + 1])
-    assert tuner.shape_overrides(tuner.best()[0])["branches"] is False
+    copying = tuner.situation("copying")  # every step after the first took its whole spine
+    assert copying.steps == 39
+    assert tuner.shape_overrides(copying.best()[0])["branches"] is False
     assert set(tree.sources[1:]) == {"spine"} and tree.tokens[1:] == TARGET[:3]
 
 
@@ -324,3 +328,20 @@ def test_steps_without_a_context_match_are_tuned_apart():
     assert tuner.best()[1] >= 8
     assert no_match.best()[1] == 1
     assert no_match.knobs == tuner.knobs
+
+
+def test_match_steps_after_a_whole_spine_taken_are_tuned_apart_as_copying():
+    """A step that took its whole spine sends the next match step to the "copying" tuner; a step that took part of
+    it, or had no match, sends it back."""
+    tuner = BudgetTuner({n: 1.0 + 0.05 * n for n in (1, 4, 8, 16, 32)})
+    drafter = SpineTree(goose.GooseConfig(), tuner)
+    situations = []
+    for right in (20, 20, 20, 1, 20, None, 20, 20):  # the match agrees with the target for `right` tokens (None: none)
+        spine = [] if right is None else TARGET[:right] + [99] * (20 - right)
+        state = DraftState(0, None, ContextMatch(spine, 0.0), Successors(), drafter.spine_acceptance)
+        situations.append(drafter.situation(state))
+        tree, _ = drafter.draft(state)
+        walk = tree.walk(TARGET)
+        drafter.observe(state, tree, walk, TARGET[:len(walk) + 1])
+    assert situations == ["", "copying", "copying", "copying", "", "no match", "", "copying"]
+    assert tuner.situation("copying").steps == 4 and tuner.steps == 3 and tuner.all_steps == 8
