@@ -5,7 +5,7 @@ Gradio cancels an event by cancelling the asyncio task that awaits it. A plain f
 which that does not reach: a race or a Lab check would run on to its end, holding the model's queue slot (and
 the cancel request, which waits for the task) all along. So a model event runs here as a coroutine that awaits
 its function in a thread: when its task is cancelled, it presses the switch, waits for the thread to stop after
-the current step, and only then lets the task end.
+the current step, and only then lets the task end. The thread is the app's model thread (app.model_thread).
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from app.limits import StopSwitches
+from app.model_thread import to_model_thread
 
 DONE = object()  # what next() gives back once a generator is over
 
 
 async def _until_done(switches: StopSwitches, session: str | None, call: Callable[..., Any], *args: Any) -> Any:
-    """`call(*args)` in a worker thread (in this task's context: Gradio's progress bar reads it). A cancel of the
+    """`call(*args)` on the model thread (in this task's context: Gradio's progress bar reads it). A cancel of the
     task presses the session's switch and waits for the call to return before it is raised."""
-    work = asyncio.ensure_future(asyncio.to_thread(call, *args))
+    work = asyncio.ensure_future(to_model_thread(call, *args))
     try:
         return await asyncio.shield(work)
     except asyncio.CancelledError:
@@ -56,7 +57,7 @@ def stop_on_cancel(fn: Callable[..., Any], switches: StopSwitches, session_of: C
                 while (item := await _until_done(switches, key, next, iterator, DONE)) is not DONE:
                     yield item
             finally:
-                await asyncio.shield(asyncio.to_thread(iterator.close))  # runs the generator's own clean-up
+                await asyncio.shield(to_model_thread(iterator.close))  # runs the generator's own clean-up
 
         return stream
 

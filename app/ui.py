@@ -5,7 +5,8 @@ Only layout and wiring live here; every event calls a plain function from
 suffix methods draft from) lives in gr.State; the shared objects are the model registry,
 which locks its loads, and the Stop switches, keyed by session. Runs go through one
 queue ("model", one at a time), so two visitors never run the model at once and each
-sees their place in line.
+sees their place in line, and on one thread (app.model_thread), where the model runs at
+the library's speed.
 """
 
 from __future__ import annotations

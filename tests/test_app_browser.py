@@ -60,6 +60,7 @@ def _free_port() -> int:
 def app_url() -> Iterator[str]:
     from tiny import slow_tiny_gemma3, tiny_gemma3
 
+    from app.model_thread import run_on_model_thread
     from app.models import ModelRegistry
     from app.ui import LAUNCH_OPTIONS, build_app
 
@@ -71,7 +72,8 @@ def app_url() -> Iterator[str]:
     registry = ModelRegistry(allowed=[MODEL])  # the public policy: only listed (and registered) models
     registry.register("tiny-gemma3", tiny_gemma3(0))
     registry.register(SLOW, slow_tiny_gemma3(0.03))
-    registry.before_launch()  # what `python app.py` does before it opens: load and warm the first offered model
+    # what `python app.py` does before it opens: load and warm the first offered model, on the model thread
+    run_on_model_thread(registry.before_launch)
     demo = build_app(registry, MODEL)
     port = _free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
