@@ -22,25 +22,46 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_threads: list[threading.Thread] = []  # the model thread, once it has started
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="goose-model",
-                               initializer=lambda: _threads.append(threading.current_thread()))
+_marker = threading.local()  # `is_model_thread` is set on the model thread
+_lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None  # started on first use
+
+
+def _model_executor() -> ThreadPoolExecutor:
+    global _executor
+    with _lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="goose-model",
+                                           initializer=setattr, initargs=(_marker, "is_model_thread", True))
+        return _executor
 
 
 def on_model_thread() -> bool:
     """Whether the caller is the model thread."""
-    return threading.current_thread() in _threads
+    return getattr(_marker, "is_model_thread", False)
 
 
 def run_on_model_thread(call: Callable[..., T], *args: Any) -> T:
     """`call(*args)` on the model thread, waited for (at once when the caller is that thread)."""
     if on_model_thread():
         return call(*args)
-    return _executor.submit(call, *args).result()
+    return _model_executor().submit(call, *args).result()
 
 
 async def to_model_thread(call: Callable[..., T], *args: Any) -> T:
     """`call(*args)` on the model thread, awaited: asyncio.to_thread's counterpart, in the caller's context (Gradio's
     progress bar reads it). Calls queue in the order they were sent."""
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(_executor, functools.partial(context.run, call, *args))
+    return await asyncio.get_running_loop().run_in_executor(_model_executor(),
+                                                            functools.partial(context.run, call, *args))
+
+
+def stop_model_thread() -> None:
+    """End the model thread once its queued calls are done; its OpenMP team ends with it, and the next call starts a
+    new thread. For a process that also runs the model on another thread, as the tests do on their main thread:
+    while both threads keep a team, each runs at the slow pace above."""
+    global _executor
+    with _lock:
+        executor, _executor = _executor, None
+    if executor is not None:
+        executor.shutdown(wait=True)

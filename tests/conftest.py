@@ -16,6 +16,15 @@ def gemma():
     return goose.load_model(device="cpu")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_model_thread_left():
+    """After each test file, the app's model thread (app.model_thread) ends: left alive, its OpenMP team beside the
+    main thread's would slow every later test's model runs (libgomp stops spinning once two teams share 2 cores)."""
+    yield
+    if "app.model_thread" in sys.modules:
+        sys.modules["app.model_thread"].stop_model_thread()
+
+
 FLAT_COSTS = {1: 1.0, 4: 1.01, 16: 1.05}
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from app.cancel import stop_on_cancel
 from app.limits import StopSwitches
-from app.model_thread import on_model_thread, run_on_model_thread, to_model_thread
+from app.model_thread import on_model_thread, run_on_model_thread, stop_model_thread, to_model_thread
 from app.ui import session_of
 
 visitor = contextvars.ContextVar("visitor", default=None)  # stands for Gradio's progress context
@@ -65,3 +65,14 @@ def test_a_call_made_on_the_model_thread_runs_at_once():
         return await to_model_thread(threading.get_ident)
 
     assert asyncio.run(awaited()) == inner[1]
+
+
+def test_a_stopped_model_thread_ends_and_the_next_call_starts_another():
+    """The tests end the model thread after each file (conftest): it must really end, and come back when needed."""
+    first = run_on_model_thread(threading.current_thread)
+    stop_model_thread()
+    assert not first.is_alive(), "its thread (and the thread's OpenMP team) is gone"
+    second = run_on_model_thread(threading.current_thread)
+    assert second is not first and second.is_alive()
+    stop_model_thread()
+    stop_model_thread()  # a second stop, with no thread, does nothing
