@@ -22,7 +22,7 @@ def kept_on_disk(path: os.PathLike, key: str, measure: Callable[[], object]):
     process agrees (a choice timed anew in each process follows the noise of the moment), written atomically
     (several processes may measure at once)."""
     try:
-        table = json.loads(open(path).read())
+        table = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         table = {}
     if key not in table:
