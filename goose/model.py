@@ -19,6 +19,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from goose.assets import cache_dir
+from goose.model_threads import ModelThreads
 from goose.parallel import (
     Parallel,
     ParallelError,
@@ -53,6 +54,7 @@ class ModelCache:
                  from disk once per process
     warmed:      the (method, budget, head, sampled) requests whose first-run set-up this process has paid
                  (goose.decode.warm_up)
+    threads:     the threads that ran it (goose.model_threads: a warning when their OpenMP teams outnumber the CPUs)
 
     The values' classes live above this module (they import it), so they are named here, not imported.
     """
@@ -63,6 +65,7 @@ class ModelCache:
         default_factory=dict)
     tuner_starts: dict[str, dict[str, Any]] = field(default_factory=dict)
     warmed: set[tuple] = field(default_factory=set)
+    threads: ModelThreads = field(default_factory=ModelThreads)
 
 
 @dataclass

@@ -138,6 +138,8 @@ class ModelTarget:
 
     def prefill(self, prompt: Sequence[int], table_rows: Sequence[int], table: AdjacencyTable | None
                 ) -> tuple[int, list[Row | None]]:
+        if self.verifier.device.type == "cpu":
+            self.goose_model.cache.threads.note()  # a run's first model work, on the thread that runs it
         hidden = self.verifier.forward_chain(list(prompt))
         first = self.walker.first_token(hidden[-1:])
         rows: list[Row | None] = []
