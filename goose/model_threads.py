@@ -3,11 +3,12 @@
 On Linux torch's OpenMP is libgomp, which keeps a team of helper threads for every thread that has run a parallel
 region, for as long as that thread lives. Once the process holds more of those threads than it has CPUs, every
 team stops spinning between kernels and sleeps instead, so each kernel waits for its helpers to wake. Measured on a
-2-core AVX2 EPYC (docs/BENCHMARKS.md): the embedded model loaded on the main thread and decoded on a worker ran at
-0.6x the speed of either alone, whether or not the main thread was busy. A web server that loads the model at
-start-up and generates in a worker thread does exactly that, and nothing but the clock shows it; so a run that
-finds another live thread beside its own, each with a team, says so once per model. The cure is the caller's: load
-and run the model on one thread (the app keeps one model thread: app.model_thread).
+2-core AVX2 EPYC (docs/BENCHMARKS.md, docs/SPACE.md): the embedded model run on the main thread and then on a
+worker, the main thread alive but idle, decoded at 14 against 21 tokens/s; loaded on the main thread alone, it
+left no team there. A web server that warms the model up at start-up and generates in worker threads does exactly
+that, and nothing but the clock shows it; so a run that finds another live thread beside its own that ran the same
+model says so, once per model. The cure is the caller's: run the model on one thread (the app keeps one model
+thread: app.model_thread).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def cpus() -> int:
 
 
 class ModelThreads:
-    """The threads that loaded or ran one model (weakly held: a thread that ends takes its team with it)."""
+    """The threads that ran one model (weakly held: a thread that ends takes its team with it)."""
 
     def __init__(self) -> None:
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -55,4 +56,4 @@ class ModelThreads:
         warnings.warn(
             f"this model has run on {len(alive)} threads that are still alive ({names}), each with an OpenMP team "
             f"of {team} threads, on {cpus()} CPUs: every kernel now waits for its team to wake (measured: 0.6x the "
-            f"speed on 2 cores). Load and run the model on one thread.", ThreadsWarning, stacklevel=2)
+            f"speed on 2 cores). Run the model on one thread.", ThreadsWarning, stacklevel=2)

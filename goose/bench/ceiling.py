@@ -87,9 +87,10 @@ def decoding_totals(runs: Sequence[BenchRun]) -> dict[str, Decoding]:
 
 @torch.inference_mode()
 def product_seconds(goose_model: GooseModel, head: str, sizes: Sequence[int], rounds: int = 5) -> dict[int, float]:
-    """Seconds of the products every row needs, per tree size: the body's linears alone (on the rows of a text's
-    hidden states) and the head's top-k for the adjacency table (its screen, where the head screens). The least
-    over rounds that take every size in turn (goose.costs.least_seconds: other work only ever adds time)."""
+    """Seconds of the products every row needs, per tree size: every body linear once, alone, on random rows, and the
+    head's top-k for the adjacency table (its screen, where the head screens) on a text's hidden states, whose
+    candidates a screen pays for. The least over rounds that take every size in turn (goose.costs.least_seconds:
+    other work only ever adds time)."""
     linears = plain_linears(goose_model.model.get_decoder())
     packed = packed_linears if body_linears(goose_model.model) == "packed" else nullcontext
     hidden = Verifier(goose_model.model).forward_chain(measurement_text(goose_model, max(sizes)))
