@@ -48,12 +48,12 @@ class ModelThreads:
         with self._lock:
             self._threads.add(current)
             alive = sorted((t for t in self._threads if t.is_alive()), key=lambda t: t is not current)
-            team = torch.get_num_threads()
-            if self.warned or len(alive) < 2 or team * len(alive) <= cpus():
+            team, cpu_count = torch.get_num_threads(), cpus()
+            if self.warned or len(alive) < 2 or team * len(alive) <= cpu_count:
                 return
             self.warned = True
         names = ", ".join(repr(t.name) for t in alive)
         warnings.warn(
             f"this model has run on {len(alive)} threads that are still alive ({names}), each with an OpenMP team "
-            f"of {team} threads, on {cpus()} CPUs: every kernel now waits for its team to wake (measured: 0.6x the "
+            f"of {team} threads, on {cpu_count} CPUs: every kernel now waits for its team to wake (measured: 0.6x the "
             f"speed on 2 cores). Run the model on one thread.", ThreadsWarning, stacklevel=2)

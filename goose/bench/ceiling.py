@@ -26,14 +26,14 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from goose.bench.methods import HF_GENERATE, HF_PLD
+from goose.bench.pass_cost import linears_alone
 from goose.bench.records import BenchRun, load_runs
 from goose.bench.summary import summarize
 from goose.budget import interpolate_cost
@@ -49,7 +49,7 @@ from goose.costs import (
 )
 from goose.heads.factory import head_for
 from goose.model import GooseModel, load_model
-from goose.packed import body_linears, packed_linears, plain_linears
+from goose.packed import body_linears
 from goose.verify import Verifier
 
 
@@ -87,23 +87,18 @@ def decoding_totals(runs: Sequence[BenchRun]) -> dict[str, Decoding]:
 
 @torch.inference_mode()
 def product_seconds(goose_model: GooseModel, head: str, sizes: Sequence[int], rounds: int = 5) -> dict[int, float]:
-    """Seconds of the products every row needs, per tree size: every body linear once, alone, on random rows, and the
-    head's top-k for the adjacency table (its screen, where the head screens) on a text's hidden states, whose
-    candidates a screen pays for. The least over rounds that take every size in turn (goose.costs.least_seconds:
-    other work only ever adds time)."""
-    linears = plain_linears(goose_model.model.get_decoder())
-    packed = packed_linears if body_linears(goose_model.model) == "packed" else nullcontext
+    """Seconds of the products every row needs, per tree size: every body linear once, alone, on random rows
+    (goose.bench.pass_cost.linears_alone), and the head's top-k for the adjacency table (its screen, where the head
+    screens) on a text's hidden states, whose candidates a screen pays for. The least over rounds that take every
+    size in turn (goose.costs.least_seconds: other work only ever adds time)."""
+    packed = body_linears(goose_model.model) == "packed"
     hidden = Verifier(goose_model.model).forward_chain(measurement_text(goose_model, max(sizes)))
-    inputs = {n: [torch.randn(n, m.in_features, generator=torch.Generator().manual_seed(0)) for m in linears]
-              for n in sizes}
     lm_head = head_for(goose_model, head)
 
-    def products(n: int) -> None:
-        with packed():
-            for linear, rows in zip(linears, inputs[n]):
-                linear(rows)
+    def products(linears: Callable[[], None], n: int) -> None:
+        linears()
         lm_head.top(hidden[:n], 10)
-    calls = {n: functools.partial(products, n) for n in sizes}
+    calls = {n: functools.partial(products, linears_alone(goose_model, n, packed), n) for n in sizes}
     return least_seconds(calls, rounds, goose_model.model.device)
 
 
@@ -136,14 +131,16 @@ def ceilings(totals: Mapping[str, Decoding], measured: Mapping[str, float | None
 
 def markdown_table(table: Sequence[dict]) -> str:
     columns = list(table[0])
+    speed_ups = ("measured", "table", "ceiling")
+
+    def cell(column: str, value) -> str:
+        if value is None:
+            return "-"
+        if column == "method":
+            return value
+        return f"{value:.1f}" if column == "nodes" else f"{value:.2f}" + ("x" if column in speed_ups else "")
     lines = ["| " + " | ".join(columns) + " |", "| --- |" + " --- |" * (len(columns) - 1)]
-    for row in table:
-        cells = [row["method"], f"{row['tau']:.2f}", f"{row['nodes']:.1f}"]
-        cells += ["-" if row[c] is None else f"{row[c]:.2f}" + ("" if c == "of ceiling" else "x")
-                  for c in columns[3:] if c != "tau needed"]
-        if "tau needed" in row:
-            cells.append(f"{row['tau needed']:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(cell(column, row[column]) for column in columns) + " |" for row in table]
     return "\n".join(lines)
 
 

@@ -36,18 +36,24 @@ from goose.verify import Verifier
 SIZES = (1, 4, 8, 16, 32, 64)
 
 
-@torch.inference_mode()
-def time_linears(goose_model: GooseModel, rows: int, repeats: int, packed: bool) -> float:
-    """Median seconds of every body linear once, in model order, on `rows` rows (no other op)."""
+def linears_alone(goose_model: GooseModel, rows: int, packed: bool) -> Callable[[], None]:
+    """A call that runs every body linear once, in model order, on `rows` random rows (no other op)."""
     linears = plain_linears(goose_model.model.get_decoder())
     generator = torch.Generator().manual_seed(0)
     inputs = [torch.randn(rows, m.in_features, generator=generator) for m in linears]
     context = packed_linears if packed else nullcontext
 
+    @torch.inference_mode()
     def run() -> None:
         with context():
             for linear, x in zip(linears, inputs):
                 linear(x)
+    return run
+
+
+def time_linears(goose_model: GooseModel, rows: int, repeats: int, packed: bool) -> float:
+    """Median seconds of every body linear once, in model order, on `rows` rows (no other op)."""
+    run = linears_alone(goose_model, rows, packed)
     run()
     return median_seconds(run, repeats, torch.device("cpu"))
 
